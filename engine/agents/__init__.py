@@ -1,0 +1,1 @@
+"""agents part of the cudaforge engine."""

@@ -1,0 +1,1 @@
+"""llm part of the cudaforge engine."""

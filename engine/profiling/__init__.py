@@ -1,0 +1,1 @@
+"""profiling part of the cudaforge engine."""

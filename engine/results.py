@@ -1,0 +1,223 @@
+"""The typed result of evaluating one candidate, shared by the worker, the CLI, sessions and the UI.
+
+Every class is a frozen dataclass so results can be passed between threads and stored as JSON
+(`to_dict` / `from_dict` round-trip exactly).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Outcome = Literal[
+    "ok",  # compiled, correct, timed, no failing integrity finding
+    "compile_error",
+    "runtime_error",  # Python exception in the candidate (traceback kept)
+    "wrong_result",
+    "integrity_failure",  # correct numbers, but a failing integrity finding
+    "timeout",
+    "crash",  # the worker died from a signal or exited on its own
+    "cuda_error",  # illegal address, launch failure, corrupted context
+    "oom",
+    "task_error",  # the task itself failed (bad get_inputs, Model does not build): exit 2
+    "unavailable",  # a needed device or tool is missing: exit 3
+]
+
+Severity = Literal["fail", "warn", "info"]
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    ok: bool
+    format: str
+    seconds: float = 0.0
+    cached: bool = False
+    log: str = ""
+
+
+@dataclass(frozen=True)
+class WorstElement:
+    index: tuple[int, ...]
+    expected: float
+    got: float
+    abs_err: float
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """How one output of the candidate compared with the reference in one trial."""
+
+    index: int
+    passed: bool
+    shape_expected: tuple[int, ...]
+    shape_got: tuple[int, ...]
+    dtype_expected: str
+    dtype_got: str
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+    mismatches: int = 0
+    numel: int = 0
+    nonfinite_got: int = 0
+    worst: tuple[WorstElement, ...] = ()
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class TrialCheck:
+    trial: int
+    seed: int
+    distribution: str
+    order: str  # "reference_first" or "candidate_first"
+    passed: bool
+    outputs: tuple[OutputCheck, ...] = ()
+
+
+@dataclass(frozen=True)
+class Correctness:
+    passed: bool
+    trials: int
+    trials_passed: int
+    atol: float
+    rtol: float
+    outputs: tuple[OutputCheck, ...] = ()  # per output, the check from the worst trial
+    trial_results: tuple[TrialCheck, ...] = ()
+
+
+@dataclass(frozen=True)
+class TimingStats:
+    median_ms: float
+    iqr_ms: float
+    min_ms: float
+    max_ms: float
+    mean_ms: float
+    trials: int
+    method: str  # "cuda_event", "host_synchronized" or "perf_counter"
+
+
+@dataclass(frozen=True)
+class Timing:
+    reference: TimingStats
+    candidate: TimingStats
+    speedup: float  # reference median / candidate median, measured interleaved in one run
+    speedup_low: float  # (reference q25 / candidate q75): a pessimistic spread bound
+    speedup_high: float
+    host_reference: TimingStats | None = None
+    host_candidate: TimingStats | None = None
+    compile_baseline: TimingStats | None = None
+    speedup_vs_compile: float | None = None
+    l2_flush: bool = False
+    warmup: int = 0
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A named integrity or hygiene finding with its evidence, shown to the user as is."""
+
+    name: str
+    severity: Severity
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    """A kernel seen running during the candidate's forward pass."""
+
+    name: str
+    count: int
+    device_time_us: float
+    share: float  # of the candidate's total kernel time
+    custom: bool  # compiled by the candidate (NVRTC / extension), not PyTorch's own
+
+
+@dataclass(frozen=True)
+class WorkerExit:
+    reason: str  # "ok", "timeout", "crash", "exit", "oom", "killed"
+    returncode: int | None = None
+    signal: str | None = None
+    seconds: float = 0.0
+    phase: str = ""  # the phase that was running when the worker stopped
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    outcome: Outcome
+    accepted: bool
+    task_path: str
+    candidate_hash: str
+    format: str
+    device: str
+    gpu_name: str = ""
+    message: str = ""  # one line saying what happened, for humans
+    compile: CompileResult | None = None
+    correctness: Correctness | None = None
+    timing: Timing | None = None
+    findings: tuple[Finding, ...] = ()
+    kernels: tuple[KernelLaunch, ...] = ()
+    exit: WorkerExit | None = None
+    traceback: str = ""
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase
+    versions: dict[str, str] = field(default_factory=dict)
+    numerics: dict[str, Any] = field(default_factory=dict)  # TF32 flags of reference and baseline
+    seeds: tuple[int, ...] = ()
+    cached: bool = False
+
+    @property
+    def speedup(self) -> float | None:
+        return self.timing.speedup if self.timing else None
+
+    def failing_findings(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity == "fail")
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EvalResult:
+        return from_dict(cls, data)
+
+
+def to_dict(obj: Any) -> Any:
+    """JSON-ready form of a results dataclass (tuples become lists)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def from_dict(cls: Any, data: Any) -> Any:
+    """Rebuild a dataclass (or a typed value) from `to_dict` output, following the type hints."""
+    return _convert(cls, data)
+
+
+def _convert(tp: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _convert(args[0], value) if len(args) == 1 else value
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_convert(args[0], v) for v in value)
+        return tuple(value)
+    if origin in (dict, list, Literal):
+        return value
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        kwargs = {}
+        for f in dataclasses.fields(tp):
+            if f.name in value:
+                kwargs[f.name] = _convert(hints[f.name], value[f.name])
+        return tp(**kwargs)
+    return value

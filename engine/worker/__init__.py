@@ -1,0 +1,1 @@
+"""worker part of the cudaforge engine."""

@@ -1,0 +1,1 @@
+"""Data: GPU profiles, LLM model profiles and the default cudaforge.toml."""
