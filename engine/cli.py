@@ -1,0 +1,133 @@
+"""The `cudaforge` command: eval, profile, doctor (and, as they land, run, resume, export)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from . import __version__
+from .candidate import load_candidate
+from .config import load_config
+from .errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_ACCEPTED,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    CudaforgeError,
+)
+from .results import EvalResult
+from .task import load_task
+
+
+def exit_code_for(result: EvalResult) -> int:
+    if result.accepted:
+        return EXIT_OK
+    if result.outcome == "task_error":
+        return EXIT_BAD_INPUT
+    if result.outcome == "unavailable":
+        return EXIT_UNAVAILABLE
+    return EXIT_NOT_ACCEPTED
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE", help="config file (layered over ./cudaforge.toml)")
+    p.add_argument("--device", choices=("cuda", "cpu"), help="where candidates run (default from config: cuda)")
+    p.add_argument("--gpu", type=int, metavar="N", help="CUDA device index")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout; messages go to stderr")
+    p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cudaforge", description="Optimize a PyTorch module's CUDA kernels.")
+    parser.add_argument("--version", action="version", version=f"cudaforge {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    ev = sub.add_parser("eval", help="compile, check and time one candidate against its task")
+    ev.add_argument("task", help="KernelBench-format task file")
+    ev.add_argument("candidate", help="file defining ModelNew")
+    _common(ev)
+    ev.add_argument("--trials", type=int, help="correctness trials (default 5)")
+    ev.add_argument("--timing-trials", type=int, help="timed calls per side")
+    ev.add_argument("--precision", choices=("fp32", "fp16", "bf16"))
+    ev.add_argument("--atol", type=float)
+    ev.add_argument("--rtol", type=float)
+    ev.add_argument("--baseline", action="append", choices=("eager", "compile"),
+                    help="add a timing baseline (eager is always timed)")
+    ev.add_argument("--keep", action="store_true", help="keep the worker's folder (logs, spec) for inspection")
+    return parser
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    o: dict[str, Any] = {"eval.device": args.device, "eval.gpu": args.gpu}
+    for name, key in (("trials", "eval.trials"), ("timing_trials", "timing.trials"), ("precision", "eval.precision"),
+                      ("atol", "eval.atol"), ("rtol", "eval.rtol")):
+        if getattr(args, name, None) is not None:
+            o[key] = getattr(args, name)
+    if getattr(args, "baseline", None):
+        o["timing.baselines"] = sorted({"eager", *args.baseline})
+    return o
+
+
+def _eprint(*a: Any) -> None:
+    print(*a, file=sys.stderr)
+
+
+async def _cmd_eval(args: argparse.Namespace) -> int:
+    from .evaluator import EvalOptions, Evaluator
+    from .report import format_result
+
+    config = load_config(args.config, _overrides(args))
+    task = load_task(args.task)
+    candidate = load_candidate(args.candidate)
+    options = EvalOptions.from_config(config, peak_bandwidth_gbs=_peak_bandwidth(config))
+    _eprint(f"evaluating {candidate.format} candidate {args.candidate} on {options.device}"
+            + (f":{options.gpu}" if options.device == "cuda" else "") + " …")
+    result = await Evaluator(options, keep_workdirs=args.keep).evaluate(task, candidate)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+        _eprint(result.message)
+    else:
+        print(format_result(result))
+    return exit_code_for(result)
+
+
+def _peak_bandwidth(config: Any) -> float | None:
+    """DRAM bandwidth of the configured GPU's profile, for the speed-of-light check (None if unknown)."""
+    if config.get("eval", "device") != "cuda":
+        return None
+    try:
+        from .gpus import profile_for_device
+
+        profile = profile_for_device(config.get("eval", "gpu"))
+        return getattr(profile, "dram_bandwidth_gbs", None) if profile else None
+    except Exception:
+        return None
+
+
+COMMANDS = {"eval": _cmd_eval}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_BAD_INPUT if exc.code not in (0, None) else EXIT_OK
+    try:
+        return asyncio.run(COMMANDS[args.command](args))
+    except CudaforgeError as exc:
+        _eprint(f"cudaforge: error: {exc.message}")
+        if getattr(args, "debug", False):
+            raise
+        return exc.exit_code
+    except KeyboardInterrupt:
+        _eprint("cudaforge: interrupted")
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

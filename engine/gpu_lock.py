@@ -1,0 +1,51 @@
+"""One file lock per GPU, so evaluations, timings and profiles of different sessions never overlap."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+
+@contextlib.asynccontextmanager
+async def gpu_lock(cache_dir: Path, device: str, gpu: int) -> AsyncIterator[None]:
+    """Hold the lock for `gpu` (CPU runs take no lock); waits without blocking the event loop."""
+    if device != "cuda":
+        yield
+        return
+    lock_dir = cache_dir / "locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(lock_dir / f"gpu{gpu}.lock"))
+    while True:
+        try:
+            lock.acquire(timeout=0)
+            break
+        except Timeout:
+            await asyncio.sleep(0.2)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def other_gpu_processes(gpu: int) -> list[int]:
+    """PIDs of compute processes on `gpu` other than ours (empty when nvidia-smi is missing)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    try:
+        out = subprocess.run([exe, "--query-compute-apps=pid", "--format=csv,noheader", "-i", str(gpu)],
+                             capture_output=True, text=True, timeout=5, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    pids = []
+    for line in out.splitlines():
+        with contextlib.suppress(ValueError):
+            pids.append(int(line.strip()))
+    return [p for p in pids if p != os.getpid()]

@@ -1,0 +1,69 @@
+"""Plain-text rendering of evaluation results for the terminal (no rich: the engine stays UI-free)."""
+
+from __future__ import annotations
+
+from .results import EvalResult, TimingStats
+
+TICK, CROSS = "PASS", "FAIL"
+
+
+def _ms(t: TimingStats) -> str:
+    return f"{t.median_ms * 1e3:9.1f} µs  (IQR {t.iqr_ms * 1e3:.1f} µs, {t.trials} trials)"
+
+
+def format_result(r: EvalResult, *, log_lines: int = 40) -> str:
+    lines = [f"{'ACCEPTED' if r.accepted else 'NOT ACCEPTED'}: {r.outcome} — {r.message}"]
+    lines.append(f"  task {r.task_path}  format {r.format}  device {r.device}{'  ' + r.gpu_name if r.gpu_name else ''}")
+    if r.compile is not None:
+        c = r.compile
+        status = "ok" if c.ok else "FAILED"
+        lines.append(f"compile: {status} in {c.seconds:.2f} s{' (cached)' if c.cached else ''}")
+        if not c.ok and c.log:
+            log = c.log.strip().splitlines()
+            lines += ["  " + x for x in log[-log_lines:]]
+    if r.correctness is not None:
+        k = r.correctness
+        lines.append(f"correctness: {TICK if k.passed else CROSS} {k.trials_passed}/{k.trials} trials "
+                     f"(atol={k.atol:g}, rtol={k.rtol:g})")
+        for o in k.outputs:
+            lines.append(f"  output {o.index}: {TICK if o.passed else CROSS} shape {list(o.shape_got)} {o.dtype_got}"
+                         f"  max abs {o.max_abs_err:.3g}  max rel {o.max_rel_err:.3g}  mismatches {o.mismatches}/{o.numel}"
+                         + (f"  — {o.reason}" if o.reason else ""))
+            for w in o.worst[:5] if not o.passed else ():
+                lines.append(f"      at {list(w.index)}: expected {w.expected:.6g}, got {w.got:.6g}")
+        failed = [t for t in k.trial_results if not t.passed]
+        if failed:
+            lines.append("  failed trials: " + ", ".join(f"#{t.trial} seed {t.seed} ({t.distribution}, {t.order})"
+                                                          for t in failed))
+    if r.timing is not None:
+        t = r.timing
+        lines.append("timing (" + ("CUDA events, L2 flushed" if t.l2_flush else t.candidate.method) + ", interleaved):")
+        lines.append(f"  reference {_ms(t.reference)}")
+        lines.append(f"  candidate {_ms(t.candidate)}")
+        if t.compile_baseline is not None:
+            lines.append(f"  compile   {_ms(t.compile_baseline)}")
+        lines.append(f"  speedup   {t.speedup:.3f}x  (spread {t.speedup_low:.3f}–{t.speedup_high:.3f})"
+                     + (f"   vs torch.compile {t.speedup_vs_compile:.3f}x" if t.speedup_vs_compile else ""))
+        if t.host_candidate is not None and t.host_reference is not None:
+            lines.append(f"  device-synchronized host time: reference {t.host_reference.median_ms * 1e3:.1f} µs, "
+                         f"candidate {t.host_candidate.median_ms * 1e3:.1f} µs")
+    if r.kernels:
+        lines.append("kernels launched by the candidate:")
+        for kl in r.kernels[:10]:
+            lines.append(f"  {'custom ' if kl.custom else 'library'} {kl.count:4d}x {kl.share:6.1%}  {kl.name[:90]}")
+    if r.findings:
+        lines.append("integrity findings:")
+        for f in r.findings:
+            lines.append(f"  [{f.severity}] {f.name}: {f.message}")
+    if r.exit is not None and r.exit.reason != "ok":
+        lines.append(f"worker: {r.exit.reason} (code {r.exit.returncode}, signal {r.exit.signal}, "
+                     f"phase '{r.exit.phase}', {r.exit.seconds:.1f} s)")
+    if r.traceback and r.outcome in ("runtime_error", "cuda_error", "oom", "task_error"):
+        lines.append("traceback (last lines):")
+        lines += ["  " + x for x in r.traceback.strip().splitlines()[-12:]]
+    if not r.accepted and r.stderr_tail.strip() and r.outcome in ("crash", "cuda_error", "timeout"):
+        lines.append("worker stderr (tail):")
+        lines += ["  " + x for x in r.stderr_tail.strip().splitlines()[-12:]]
+    if r.phases:
+        lines.append("phases: " + ", ".join(f"{k} {v:.2f}s" for k, v in r.phases.items() if v >= 0.005))
+    return "\n".join(lines)

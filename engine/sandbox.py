@@ -1,0 +1,354 @@
+"""Run untrusted candidate code in a contained child process.
+
+The app starts a small *supervisor* (`python -m cudaforge.engine.sandbox SPEC`) which makes itself a
+child subreaper, starts the worker in a new session with a scrubbed environment, its own cwd, output
+in files (never pipes), and rlimits on open files, file size and core dumps (never on address space:
+CUDA reserves huge ranges). It enforces a wall-clock limit per phase (the worker reports its phase in
+a progress file) and an output-size limit, and after the worker ends, for any reason, it kills every
+descendant: orphans that called setsid() are re-parented to the subreaper, so they are found too.
+If the supervisor itself is killed, the caller sweeps by the marker variable each sandboxed process
+inherits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+MARKER_VAR = "CUDAFORGE_SANDBOX_ID"
+_SECRET = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE_KEY|_AUTH)", re.I)
+_ALLOWED_SECRETISH = {"CUDAFORGE_SANDBOX_ID"}
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def scrub_env(env: Mapping[str, str]) -> dict[str, str]:
+    """Drop every variable that looks like a credential (API keys, tokens, secrets, passwords)."""
+    return {k: v for k, v in env.items() if k in _ALLOWED_SECRETISH or not _SECRET.search(k)}
+
+
+@dataclass(frozen=True)
+class ProcessOutcome:
+    reason: str  # "exited", "timeout", "signal", "output_limit", "cancelled", "supervisor_failed"
+    returncode: int | None = None
+    signal: str | None = None
+    seconds: float = 0.0
+    phase: str = ""
+    limit_s: float | None = None
+    swept: int = 0  # descendants killed after the worker ended
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    stdout_path: str
+    stderr_path: str
+    progress_path: str
+    outcome_path: str
+    phase_limits: dict[str, float] = field(default_factory=dict)
+    default_limit_s: float = 600.0
+    output_limit_bytes: int = 64 << 20
+    open_files: int = 1024
+    file_size_bytes: int = 4 << 30
+
+
+# --------------------------------------------------------------------------- supervisor side
+
+
+def _set_subreaper() -> bool:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _children_of(pid: int) -> list[int]:
+    kids: list[int] = []
+    task_dir = Path(f"/proc/{pid}/task")
+    try:
+        tids = list(task_dir.iterdir())
+    except OSError:
+        return kids
+    for tid in tids:
+        with contextlib.suppress(OSError, ValueError):
+            kids.extend(int(x) for x in (tid / "children").read_text().split())
+    return kids
+
+
+def _descendants(pid: int) -> list[int]:
+    out: list[int] = []
+    stack = _children_of(pid)
+    while stack:
+        p = stack.pop()
+        if p in out:
+            continue
+        out.append(p)
+        stack.extend(_children_of(p))
+    return out
+
+
+def _kill_all(pids: Sequence[int]) -> None:
+    for p in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p, signal.SIGKILL)
+
+
+def _sweep_descendants() -> int:
+    """Kill and reap every descendant of this (subreaper) process until none is left."""
+    killed = 0
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        pids = _descendants(os.getpid())
+        if not pids:
+            break
+        killed += len(pids)
+        _kill_all(pids)
+        _reap_all(0.2)
+    _reap_all(0)
+    return killed
+
+
+def _reap_all(wait_s: float) -> None:
+    end = time.monotonic() + wait_s
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            if time.monotonic() >= end:
+                return
+            time.sleep(0.01)
+
+
+def _read_phase(progress_path: Path) -> tuple[str, float | None]:
+    try:
+        data = json.loads(progress_path.read_text())
+        return str(data.get("phase", "")), float(data["since"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "", None
+
+
+def _limits(spec: SandboxSpec) -> None:
+    import resource
+
+    for res, value in (
+        (resource.RLIMIT_NOFILE, spec.open_files),
+        (resource.RLIMIT_FSIZE, spec.file_size_bytes),
+        (resource.RLIMIT_CORE, 0),
+    ):
+        with contextlib.suppress(ValueError, OSError):
+            soft, hard = resource.getrlimit(res)
+            new = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(res, (new, hard))
+
+
+def supervise(spec: SandboxSpec) -> ProcessOutcome:
+    """Supervisor body: start the worker, enforce limits, sweep descendants, report."""
+    import subprocess
+
+    _set_subreaper()
+    progress = Path(spec.progress_path)
+    cancelled = False
+
+    def on_term(signum: int, frame: Any) -> None:
+        nonlocal cancelled
+        cancelled = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    start = time.monotonic()
+    with open(spec.stdout_path, "wb") as out, open(spec.stderr_path, "wb") as err:
+        child = subprocess.Popen(
+            spec.argv,
+            cwd=spec.cwd,
+            env=spec.env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+            preexec_fn=lambda: _limits(spec),
+        )
+    reason, limit = "", None
+    phase = ""
+    while True:
+        rc = child.poll()
+        if rc is not None:
+            break
+        phase, since = _read_phase(progress)
+        now = time.monotonic()
+        limit = spec.phase_limits.get(phase, spec.default_limit_s)
+        elapsed_in_phase = (time.time() - since) if since is not None else (now - start)
+        if elapsed_in_phase > limit:
+            reason = "timeout"
+        elif _output_size(spec) > spec.output_limit_bytes:
+            reason = "output_limit"
+        elif cancelled:
+            reason = "cancelled"
+        if reason:
+            _kill_all([child.pid, *_descendants(os.getpid())])
+            child.wait()
+            break
+        time.sleep(0.02)
+    seconds = time.monotonic() - start
+    rc = child.returncode
+    if reason != "timeout" and _output_size(spec) > spec.output_limit_bytes:
+        reason = "output_limit"  # also when the file-size rlimit (SIGXFSZ) stopped it first
+    final_phase, _ = _read_phase(progress)
+    swept = _sweep_descendants()
+    if not reason:
+        reason = "signal" if rc is not None and rc < 0 else "exited"
+    sig = signal.Signals(-rc).name if rc is not None and rc < 0 and -rc in signal.valid_signals() else None
+    return ProcessOutcome(
+        reason=reason,
+        returncode=rc,
+        signal=sig,
+        seconds=round(seconds, 3),
+        phase=final_phase or phase,
+        limit_s=limit if reason == "timeout" else None,
+        swept=swept,
+    )
+
+
+def _output_size(spec: SandboxSpec) -> int:
+    total = 0
+    for p in (spec.stdout_path, spec.stderr_path):
+        with contextlib.suppress(OSError):
+            total += os.stat(p).st_size
+    return total
+
+
+def _supervisor_main(spec_path: str) -> int:
+    raw = json.loads(Path(spec_path).read_text())
+    spec = SandboxSpec(**raw)
+    outcome = supervise(spec)
+    tmp = spec.outcome_path + ".tmp"
+    Path(tmp).write_text(json.dumps(outcome.to_dict()))
+    os.replace(tmp, spec.outcome_path)
+    return 0
+
+
+# --------------------------------------------------------------------------- caller side
+
+
+def sweep_marker(marker: str) -> int:
+    """Kill every process whose environment carries this sandbox's marker (supervisor-lost fallback)."""
+    killed = 0
+    needle = f"{MARKER_VAR}={marker}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+    return killed
+
+
+async def run_sandboxed(
+    argv: Sequence[str],
+    *,
+    workdir: Path,
+    env: Mapping[str, str] | None = None,
+    phase_limits: Mapping[str, float] | None = None,
+    default_limit_s: float = 600.0,
+    output_limit_bytes: int = 64 << 20,
+    open_files: int = 1024,
+) -> tuple[ProcessOutcome, Path, Path]:
+    """Run `argv` contained; return its outcome and the paths of its stdout and stderr files.
+
+    `workdir` becomes the child's cwd and holds its files. Cancelling the awaiting task kills the
+    whole tree before the cancellation propagates.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    marker = uuid.uuid4().hex
+    child_env = scrub_env(dict(os.environ if env is None else env))
+    child_env[MARKER_VAR] = marker
+    child_env["TMPDIR"] = str(workdir)
+    child_env["PYTHONUNBUFFERED"] = "1"
+    spec = SandboxSpec(
+        argv=list(argv),
+        cwd=str(workdir),
+        env=child_env,
+        stdout_path=str(workdir / "stdout.txt"),
+        stderr_path=str(workdir / "stderr.txt"),
+        progress_path=str(workdir / "progress.json"),
+        outcome_path=str(workdir / "outcome.json"),
+        phase_limits=dict(phase_limits or {}),
+        default_limit_s=default_limit_s,
+        output_limit_bytes=output_limit_bytes,
+        open_files=open_files,
+        file_size_bytes=max(4 * output_limit_bytes, 256 << 20),
+    )
+    spec_path = workdir / "sandbox.json"
+    spec_path.write_text(json.dumps(asdict(spec)))
+    sup_env = {k: v for k, v in child_env.items() if k != MARKER_VAR}
+    sup = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cudaforge.engine.sandbox", str(spec_path),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=open(workdir / "supervisor.txt", "wb"),  # noqa: SIM115 - closed by the child's exit
+        env=sup_env,
+        start_new_session=True,
+    )
+    outer_limit = sum((phase_limits or {}).values()) + default_limit_s + 60
+    try:
+        await asyncio.wait_for(sup.wait(), timeout=outer_limit)
+    except (asyncio.CancelledError, TimeoutError):
+        with contextlib.suppress(ProcessLookupError):
+            sup.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(sup.wait()), timeout=5)
+        except (asyncio.CancelledError, TimeoutError):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(sup.pid, signal.SIGKILL)
+        sweep_marker(marker)
+        raise
+    outcome_path = Path(spec.outcome_path)
+    if outcome_path.exists():
+        outcome = ProcessOutcome(**json.loads(outcome_path.read_text()))
+    else:
+        outcome = ProcessOutcome(reason="supervisor_failed", returncode=sup.returncode)
+    if sweep_marker(marker):
+        outcome = ProcessOutcome(**{**outcome.to_dict(), "swept": outcome.swept + 1})
+    return outcome, Path(spec.stdout_path), Path(spec.stderr_path)
+
+
+def tail(path: Path, limit: int = 4000) -> str:
+    """The last `limit` characters of a file, for showing logs without loading floods."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - limit))
+            data = fh.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    return ("…" + text) if size > limit else text
+
+
+if __name__ == "__main__":
+    sys.exit(_supervisor_main(sys.argv[1]))

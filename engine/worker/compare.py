@@ -1,0 +1,96 @@
+"""Output comparison: shapes, dtypes, tolerances, non-finite values and the worst elements."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..results import OutputCheck, WorstElement
+
+DEFAULT_TOLERANCE = {"fp32": (1e-4, 1e-4), "fp16": (1e-2, 1e-2), "bf16": (2e-2, 2e-2)}
+
+
+def flatten_outputs(out: Any) -> list[Any]:
+    if isinstance(out, (tuple, list)):
+        return list(out)
+    return [out]
+
+
+def compare_output(index: int, expected: Any, got: Any, atol: float, rtol: float, worst_k: int = 5) -> OutputCheck:
+    """Compare one output; integer and bool tensors must match exactly."""
+    if not isinstance(expected, torch.Tensor):
+        same = type(got) is type(expected) and got == expected
+        return OutputCheck(index=index, passed=bool(same), shape_expected=(), shape_got=(),
+                           dtype_expected=type(expected).__name__, dtype_got=type(got).__name__,
+                           reason="" if same else f"non-tensor output differs: expected {expected!r}, got {got!r}")
+    base = dict(index=index, shape_expected=tuple(expected.shape), dtype_expected=str(expected.dtype).replace("torch.", ""))
+    if not isinstance(got, torch.Tensor):
+        return OutputCheck(passed=False, shape_got=(), dtype_got=type(got).__name__,
+                           reason=f"expected a tensor, got {type(got).__name__}", **base)
+    base.update(shape_got=tuple(got.shape), dtype_got=str(got.dtype).replace("torch.", ""))
+    if got.shape != expected.shape:
+        return OutputCheck(passed=False, reason=f"shape {tuple(got.shape)} != expected {tuple(expected.shape)}", **base)
+    if got.dtype != expected.dtype:
+        return OutputCheck(passed=False, reason=f"dtype {got.dtype} != expected {expected.dtype}", **base)
+    if got.device != expected.device:
+        got = got.to(expected.device)
+    numel = expected.numel()
+    if numel == 0:
+        return OutputCheck(passed=True, numel=0, **base)
+    exact = not (expected.is_floating_point() or expected.is_complex())
+    work = torch.float64 if (exact or expected.dtype == torch.float64) else torch.float32
+    e = expected.detach().to(work)
+    g = got.detach().to(work)
+    if exact:
+        bad = g != e
+        diff = (g - e).abs()
+        finite_g = torch.ones_like(bad)
+    else:
+        finite_g = torch.isfinite(g)
+        finite_e = torch.isfinite(e)
+        diff = (g - e).abs()
+        bad = diff > (atol + rtol * e.abs())
+        if not (bool(finite_g.all()) and bool(finite_e.all())):
+            # A non-finite value passes only where the reference has the very same non-finite value.
+            same_nonfinite = (~finite_g) & (~finite_e) & ((g == e) | (torch.isnan(g) & torch.isnan(e)))
+            both_finite = finite_g & finite_e
+            bad = torch.where(both_finite, bad, ~same_nonfinite)
+            diff = torch.where(both_finite, diff, torch.full_like(diff, float("inf")))
+            diff = torch.where(same_nonfinite, torch.zeros_like(diff), diff)
+    mismatches = int(bad.sum())
+    max_abs = float(diff.max())
+    finite_diff = torch.where(torch.isfinite(diff), diff, torch.zeros_like(diff))
+    max_rel = float((finite_diff / e.abs().clamp_min(1e-12)).max()) if max_abs > 0 else 0.0
+    if mismatches and not bool(finite_g.all()):
+        max_rel = float("inf")
+    worst: list[WorstElement] = []
+    if max_abs > 0:
+        k = min(worst_k, numel)
+        values, flat_idx = diff.flatten().topk(k)
+        ef, gf = e.flatten(), g.flatten()
+        for v, fi in zip(values.tolist(), flat_idx.tolist(), strict=True):
+            if v == 0:
+                break
+            idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(fi), expected.shape))
+            worst.append(WorstElement(index=idx, expected=float(ef[fi]), got=float(gf[fi]), abs_err=float(v)))
+    reason = ""
+    if mismatches:
+        nonfinite = int((~finite_g).sum())
+        reason = f"{mismatches} of {numel} elements outside atol={atol:g} rtol={rtol:g}"
+        if nonfinite:
+            reason += f" ({nonfinite} non-finite)"
+    return OutputCheck(passed=mismatches == 0, max_abs_err=max_abs, max_rel_err=max_rel, mismatches=mismatches,
+                       numel=numel, nonfinite_got=int((~finite_g).sum()), worst=tuple(worst), reason=reason, **base)
+
+
+def would_pass_trivially(expected: list[Any], atol: float, rtol: float) -> str | None:
+    """'zero' or 'constant' when such a tensor would pass every float output of this trial."""
+    floats = [t for t in expected if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0]
+    if not floats:
+        return None
+    if all(compare_output(0, t, torch.zeros_like(t), atol, rtol).passed for t in floats):
+        return "zero"
+    if all(compare_output(0, t, torch.full_like(t, float(t.float().mean())), atol, rtol).passed for t in floats):
+        return "constant"
+    return None

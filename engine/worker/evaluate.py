@@ -1,0 +1,553 @@
+"""The evaluation flow run inside the worker: build, correctness trials, integrity checks, timing."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from ..results import Finding, to_dict
+from .compare import DEFAULT_TOLERANCE, compare_output, flatten_outputs, would_pass_trivially
+from .harness import (
+    BuildRecorder,
+    CandidateFailure,
+    TaskFailure,
+    Timer,
+    clone_inputs,
+    current_numerics,
+    custom_launches,
+    import_file,
+    make_inputs,
+    phase,
+    quartiles,
+    reset_launches,
+    set_default_numerics,
+    set_reference_numerics,
+    shift_distribution,
+    stats,
+    thread_names,
+    versions,
+)
+
+_CUDA_ERROR = re.compile(r"CUDA error|illegal memory access|an illegal instruction|unspecified launch failure|"
+                         r"misaligned address|CUDA_ERROR|device-side assert|AcceleratorError", re.I)
+
+
+def classify_exception(exc: BaseException, where: str) -> CandidateFailure:
+    """Map an exception raised by candidate code to an outcome class."""
+    tb = traceback.format_exc()
+    name = type(exc).__name__
+    text = f"{name}: {exc}"
+    first_line = text.strip().splitlines()[0][:300] if text.strip() else name
+    if name == "OutOfMemoryError" or "out of memory" in text.lower():
+        return CandidateFailure("oom", f"out of memory during {where}: {first_line}", tb=tb)
+    if _CUDA_ERROR.search(text) or name == "AcceleratorError":
+        return CandidateFailure("cuda_error", f"CUDA error during {where}: {first_line}", tb=tb)
+    return CandidateFailure("runtime_error", f"{first_line} (during {where})", tb=tb)
+
+
+def _is_build_error(exc: BaseException) -> bool:
+    name = type(exc).__name__
+    text = str(exc)
+    return name in ("NvrtcError", "CalledProcessError") or "Error building extension" in text or \
+        "Kernel compilation failed" in text or "nvrtc" in text.lower() and "error" in text.lower()
+
+
+def _device(spec: dict[str, Any]) -> Any:
+    import torch
+
+    if spec["device"] == "cuda":
+        if not torch.cuda.is_available():
+            raise CandidateFailure("unavailable", "no CUDA device is available (use --device cpu)")
+        index = int(spec.get("gpu", 0))
+        if index >= torch.cuda.device_count():
+            raise CandidateFailure("unavailable", f"GPU {index} does not exist ({torch.cuda.device_count()} visible)")
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+def _float_dtype(precision: str) -> Any:
+    import torch
+
+    return {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
+
+
+def load_task(spec: dict[str, Any], device: Any) -> tuple[Any, list[Any], Any]:
+    import torch
+
+    phase("load_task")
+    try:
+        task = import_file(spec["task_path"], "cudaforge_task")
+    except Exception as exc:
+        raise TaskFailure(f"{spec['task_path']}: importing the task raised {type(exc).__name__}: {exc}") from exc
+    for name in ("Model", "get_inputs", "get_init_inputs"):
+        if not hasattr(task, name):
+            raise TaskFailure(f"{spec['task_path']}: missing `{name}`")
+    try:
+        init = task.get_init_inputs()
+    except Exception as exc:
+        raise TaskFailure(f"{spec['task_path']}: get_init_inputs() raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(init, (list, tuple)):
+        raise TaskFailure(f"{spec['task_path']}: get_init_inputs() must return a list or tuple, got {type(init).__name__}")
+    torch.manual_seed(int(spec["seed"]))
+    try:
+        model = task.Model(*init)
+    except Exception as exc:
+        raise TaskFailure(f"{spec['task_path']}: Model(*get_init_inputs()) raised {type(exc).__name__}: {exc}") from exc
+    float_dtype = _float_dtype(spec["precision"])
+    model = model.to(device)
+    if float_dtype is not None:
+        model = model.to(float_dtype)
+    model.eval()
+    return task, list(init), model
+
+
+def build_candidate(spec: dict[str, Any], recorder: BuildRecorder, task: Any, init: list[Any], device: Any) -> tuple[Any, Any]:
+    import torch
+
+    phase("build")
+    start = time.perf_counter()
+    try:
+        module = import_file(spec["candidate_path"], "cudaforge_candidate")
+    except SystemExit as exc:
+        raise CandidateFailure("crash", f"candidate called sys.exit({exc.code}) at import") from None
+    except Exception as exc:
+        if _is_build_error(exc):
+            log = str(exc)
+            raise CandidateFailure("compile_error", _first_error_line(log), log=log, tb=traceback.format_exc()) from None
+        raise classify_exception(exc, "candidate import") from None
+    build_seconds = time.perf_counter() - start
+    if not hasattr(module, "ModelNew"):
+        raise CandidateFailure("runtime_error", "the candidate defines no ModelNew")
+    phase("init")
+    torch.manual_seed(int(spec["seed"]))
+    try:
+        model_new = module.ModelNew(*init)
+    except Exception as exc:
+        if _is_build_error(exc):
+            log = str(exc)
+            raise CandidateFailure("compile_error", _first_error_line(log), log=log, tb=traceback.format_exc()) from None
+        raise classify_exception(exc, "ModelNew(*get_init_inputs())") from None
+    if not isinstance(model_new, torch.nn.Module):
+        raise CandidateFailure("runtime_error", "ModelNew(...) is not a torch.nn.Module")
+    float_dtype = _float_dtype(spec["precision"])
+    model_new = model_new.to(device)
+    if float_dtype is not None:
+        model_new = model_new.to(float_dtype)
+    model_new.eval()
+    nvrtc = sys.modules.get("cudaforge.engine.nvrtc")
+    nvrtc_hits = getattr(nvrtc, "CACHE_STATS", {}) if nvrtc else {}
+    cached = (recorder.builds > 0 and recorder.cached) or (nvrtc_hits.get("compiled", 0) == 0 and nvrtc_hits.get("hits", 0) > 0)
+    info = {"seconds": round(build_seconds, 4), "cached": cached, "builds": recorder.builds,
+            "extension_seconds": round(recorder.seconds, 4), "nvrtc": dict(nvrtc_hits)}
+    return model_new, info
+
+
+def _first_error_line(log: str) -> str:
+    for line in log.splitlines():
+        if re.search(r"\berror\b", line, re.I) and not line.lower().startswith("traceback"):
+            return "compile error: " + line.strip()[:300]
+    return "compile error: " + (log.strip().splitlines() or ["(no log)"])[-1][:300]
+
+
+def copy_parameters(model: Any, model_new: Any) -> list[str]:
+    """Copy parameters and buffers whose names and shapes match, so honest rewrites are not failed by init order."""
+    import torch
+
+    copied = []
+    ref_state = model.state_dict()
+    new_state = model_new.state_dict()
+    with torch.no_grad():
+        for name, value in new_state.items():
+            src = ref_state.get(name)
+            if src is not None and src.shape == value.shape:
+                value.copy_(src.to(value.dtype))
+                copied.append(name)
+    return copied
+
+
+def _storage_ptrs(values: list[Any]) -> set[int]:
+    import torch
+
+    ptrs = set()
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.numel() > 0:
+            ptrs.add(v.untyped_storage().data_ptr())
+    return ptrs
+
+
+def _poison(outputs: list[Any]) -> None:
+    """Overwrite the reference's output memory so a candidate that reads it back cannot pass."""
+    import torch
+
+    for t in outputs:
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            with contextlib.suppress(RuntimeError):
+                t.fill_(float("nan"))
+        elif isinstance(t, torch.Tensor):
+            with contextlib.suppress(RuntimeError):
+                t.fill_(0)
+
+
+def correctness(spec: dict[str, Any], task: Any, model: Any, model_new: Any, device: Any, findings: list[Finding]) -> dict[str, Any]:
+    import torch
+
+    from ..results import Correctness, TrialCheck
+
+    phase("correctness")
+    float_dtype = _float_dtype(spec["precision"])
+    atol_d, rtol_d = DEFAULT_TOLERANCE[spec["precision"]]
+    atol = spec.get("atol") if spec.get("atol") is not None else atol_d
+    rtol = spec.get("rtol") if spec.get("rtol") is not None else rtol_d
+    trials = int(spec["trials"])
+    base_seed = int(spec["seed"])
+    plan = [(i, base_seed + i, "task") for i in range(trials)]
+    if spec.get("second_distribution", True):
+        plan.append((trials, base_seed + 10_000, "shifted"))
+    results: list[TrialCheck] = []
+    worst: dict[int, Any] = {}
+    trivially: list[str] = []
+    mutated: set[int] = set()
+    aliased = False
+    subclass_types: set[str] = set()
+    for i, seed, dist in plan:
+        inputs = make_inputs(task, seed, device, float_dtype)
+        if dist == "shifted":
+            inputs = shift_distribution(inputs, seed)
+        originals = clone_inputs(inputs)
+        ref_in, cand_in = clone_inputs(inputs), clone_inputs(inputs)
+        order = "reference_first" if i % 2 == 0 else "candidate_first"
+        set_reference_numerics()
+        try:
+            if order == "reference_first":
+                ref_out = _run_reference(model, ref_in)
+                expected = [t.clone() if isinstance(t, torch.Tensor) else t for t in flatten_outputs(ref_out)]
+                _poison(flatten_outputs(ref_out))
+                del ref_out
+                got_raw = _run_candidate(model_new, cand_in, device)
+            else:
+                got_raw = _run_candidate(model_new, cand_in, device)
+                ref_out = _run_reference(model, ref_in)
+                expected = flatten_outputs(ref_out)
+        finally:
+            pass
+        got = flatten_outputs(got_raw)
+        if len(got) != len(expected):
+            raise CandidateFailure("wrong_result", f"ModelNew returned {len(got)} outputs, the reference {len(expected)}")
+        for t in got:
+            if isinstance(t, torch.Tensor) and type(t) is not torch.Tensor:
+                subclass_types.add(type(t).__name__)
+        checks = tuple(compare_output(k, e, g, atol, rtol) for k, (e, g) in enumerate(zip(expected, got, strict=True)))
+        # Input mutation: compare what each side did to its own copy of the inputs.
+        for k, (orig, r, c) in enumerate(zip(originals, ref_in, cand_in, strict=True)):
+            if isinstance(orig, torch.Tensor):
+                cand_changed = not torch.equal(orig, c)
+                ref_changed = not torch.equal(orig, r)
+                if cand_changed and not ref_changed:
+                    mutated.add(k)
+        if _storage_ptrs(got) & _storage_ptrs(cand_in) and not (_storage_ptrs(expected) & _storage_ptrs(ref_in)):
+            aliased = True
+        if dist == "task":
+            kind = would_pass_trivially(expected, atol, rtol)
+            if kind:
+                trivially.append(kind)
+        passed = all(c.passed for c in checks)
+        results.append(TrialCheck(trial=i, seed=seed, distribution=dist, order=order, passed=passed, outputs=checks))
+        for c in checks:
+            prev = worst.get(c.index)
+            if prev is None or (prev.passed and not c.passed) or (prev.passed == c.passed and c.max_abs_err > prev.max_abs_err):
+                worst[c.index] = c
+        del got, got_raw, expected, inputs, originals, ref_in, cand_in
+    if mutated:
+        findings.append(Finding("input_mutation", "fail", f"the candidate changed input(s) {sorted(mutated)} "
+                                "that the reference leaves unchanged", {"inputs": sorted(mutated)}))
+    if aliased:
+        findings.append(Finding("output_aliases_input", "fail", "the candidate returns a view of an input; the "
+                                "reference returns new memory", {}))
+    if subclass_types:
+        findings.append(Finding("tensor_subclass_output", "fail", "outputs are tensor subclasses, which can compute "
+                                "lazily or on comparison", {"types": sorted(subclass_types)}))
+    if trivially and len(trivially) == trials:
+        findings.append(Finding("weak_task_check", "warn", f"a {trivially[0]} tensor would pass this task's "
+                                "correctness check at the configured tolerance; the result proves little",
+                                {"trivial_output": trivially[0], "atol": atol, "rtol": rtol}))
+    passed_trials = sum(r.passed for r in results)
+    corr = Correctness(passed=passed_trials == len(results), trials=len(results), trials_passed=passed_trials,
+                       atol=atol, rtol=rtol, outputs=tuple(worst[k] for k in sorted(worst)), trial_results=tuple(results))
+    return to_dict(corr)
+
+
+def _run_reference(model: Any, inputs: list[Any]) -> Any:
+    import torch
+
+    with torch.no_grad():
+        out = model(*inputs)
+    if isinstance(inputs, list) and inputs and isinstance(inputs[0], torch.Tensor) and inputs[0].is_cuda:
+        torch.cuda.synchronize()
+    return out
+
+
+def _run_candidate(model_new: Any, inputs: list[Any], device: Any) -> Any:
+    import torch
+
+    try:
+        with torch.no_grad():
+            out = model_new(*inputs)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    except SystemExit as exc:
+        raise CandidateFailure("crash", f"the candidate called sys.exit({exc.code}) in forward") from None
+    except Exception as exc:
+        raise classify_exception(exc, "ModelNew.forward") from None
+    return out
+
+
+def check_custom_code(spec: dict[str, Any], recorder: BuildRecorder, model_new: Any, inputs: list[Any], device: Any,
+                      findings: list[Finding]) -> list[dict[str, Any]]:
+    """Establish from what actually ran whether custom code did the work, and what else launched."""
+
+    phase("kernels")
+    reset_launches(recorder)
+    kernels: list[dict[str, Any]] = []
+    if device.type == "cuda":
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            _run_candidate(model_new, clone_inputs(inputs), device)
+        custom_names = _candidate_kernel_names(Path(spec["candidate_path"]).read_text())
+        totals: dict[str, list[float]] = {}
+        for evt in prof.key_averages():
+            dev_time = getattr(evt, "device_time_total", None)
+            if dev_time is None:
+                dev_time = getattr(evt, "cuda_time_total", 0.0)
+            if not dev_time or evt.key.startswith("cudaforge") or evt.key in ("Memcpy DtoD (Device -> Device)",):
+                continue
+            if getattr(evt, "device_type", None) is not None and "CUDA" not in str(evt.device_type):
+                continue
+            totals[evt.key] = [totals.get(evt.key, [0, 0.0])[0] + evt.count, totals.get(evt.key, [0, 0.0])[1] + dev_time]
+        grand = sum(v[1] for v in totals.values()) or 1.0
+        for name, (count, us) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
+            custom = any(c in name for c in custom_names)
+            kernels.append({"name": name, "count": int(count), "device_time_us": round(us, 3),
+                            "share": round(us / grand, 4), "custom": custom})
+        launches = custom_launches(recorder)
+        ran_custom = any(k["custom"] for k in kernels) or any(v > 0 for v in launches.values())
+        pytorch_share = sum(k["share"] for k in kernels if not k["custom"])
+        if ran_custom and kernels and pytorch_share > 0.5:
+            findings.append(Finding("pytorch_time_share", "warn", f"{pytorch_share:.0%} of the candidate's GPU time is "
+                                    "in PyTorch/cuBLAS/cuDNN kernels, not its own", {"share": round(pytorch_share, 4)}))
+    else:
+        _run_candidate(model_new, clone_inputs(inputs), device)
+        launches = custom_launches(recorder)
+        ran_custom = any(v > 0 for v in launches.values())
+        kernels = [{"name": n, "count": c, "device_time_us": 0.0, "share": 0.0, "custom": True} for n, c in launches.items()]
+    if not ran_custom:
+        findings.append(Finding("no_custom_kernel", "fail", "no custom kernel or extension function ran during "
+                                "ModelNew.forward; PyTorch did the work", {"launched": [k["name"] for k in kernels][:10]}))
+    return kernels
+
+
+def _candidate_kernel_names(source: str) -> set[str]:
+    names = set(re.findall(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?\w[\w\s\*:<>,]*?\b(\w+)\s*\(", source))
+    names.update(re.findall(r"load_kernel\(\s*\w+\s*,\s*[\"'](\w+)", source))
+    return {n for n in names if n not in ("void",)}
+
+
+def timing(spec: dict[str, Any], task: Any, model: Any, model_new: Any, device: Any, findings: list[Finding],
+           default_numerics: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from ..results import Timing
+
+    phase("timing")
+    t = spec["timing"]
+    inputs = make_inputs(task, int(spec["seed"]), device, _float_dtype(spec["precision"]))
+    set_default_numerics(default_numerics)  # the eager baseline is timed with PyTorch's defaults
+    ref_in, cand_in = clone_inputs(inputs), clone_inputs(inputs)
+    l2 = 0
+    if device.type == "cuda":
+        l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20))
+    timer = Timer(device, bool(t["l2_flush"]), l2)
+    fns: dict[str, Any] = {
+        "reference": lambda: _call(model, ref_in),
+        "candidate": lambda: _call(model_new, cand_in),
+    }
+    compiled_note = None
+    if "compile" in t.get("baselines", []):
+        phase("compile_baseline")
+        try:
+            compiled = torch.compile(model)
+            for _ in range(3):
+                _call(compiled, ref_in)
+            comp_in = clone_inputs(inputs)
+            fns["compile"] = lambda: _call(compiled, comp_in)
+        except Exception as exc:
+            compiled_note = f"torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}"
+        phase("timing")
+    try:
+        samples = timer.event_times(fns, int(t["warmup"]), int(t["trials"]))
+        host = timer.host_times({k: fns[k] for k in ("reference", "candidate")}, int(t["host_trials"])) \
+            if device.type == "cuda" else None
+    except CandidateFailure:
+        raise
+    except Exception as exc:
+        raise classify_exception(exc, "timing") from None
+    method = "cuda_event" if device.type == "cuda" else "perf_counter"
+    ref_s, cand_s = stats(samples["reference"], method), stats(samples["candidate"], method)
+    r25, r75 = quartiles(samples["reference"])
+    c25, c75 = quartiles(samples["candidate"])
+    speedup = ref_s.median_ms / cand_s.median_ms if cand_s.median_ms > 0 else float("inf")
+    kwargs: dict[str, Any] = {}
+    if host is not None:
+        kwargs["host_reference"] = stats(host["reference"], "host_synchronized")
+        kwargs["host_candidate"] = stats(host["candidate"], "host_synchronized")
+        _check_hidden_work(kwargs["host_reference"], kwargs["host_candidate"], ref_s, cand_s, findings)
+    if "compile" in samples:
+        comp = stats(samples["compile"], method)
+        kwargs["compile_baseline"] = comp
+        kwargs["speedup_vs_compile"] = comp.median_ms / cand_s.median_ms if cand_s.median_ms > 0 else None
+    settings = {"numerics": current_numerics()}
+    if compiled_note:
+        settings["compile_baseline_error"] = compiled_note
+    timing_result = Timing(reference=ref_s, candidate=cand_s, speedup=speedup,
+                           speedup_low=r25 / c75 if c75 > 0 else 0.0, speedup_high=r75 / c25 if c25 > 0 else 0.0,
+                           l2_flush=timer.flush_buffer is not None, warmup=int(t["warmup"]), settings=settings, **kwargs)
+    _speed_of_light(spec, inputs, model, cand_s.median_ms, device, findings)
+    return to_dict(timing_result)
+
+
+def _call(model: Any, inputs: list[Any]) -> Any:
+    import torch
+
+    with torch.no_grad():
+        return model(*inputs)
+
+
+def _check_hidden_work(host_ref: Any, host_cand: Any, ev_ref: Any, ev_cand: Any, findings: list[Finding]) -> None:
+    """Events on the current stream miss side-stream or threaded work; device-wide sync does not."""
+    excess = (host_cand.median_ms - ev_cand.median_ms) - (host_ref.median_ms - ev_ref.median_ms)
+    if excess > max(0.02, 0.2 * host_cand.median_ms):
+        findings.append(Finding(
+            "hidden_async_work", "fail",
+            f"device-synchronized time exceeds CUDA-event time by {excess * 1e3:.1f} µs more than the reference's: "
+            "work runs outside the timed stream (side stream or thread)",
+            {"event_candidate_ms": ev_cand.median_ms, "host_candidate_ms": host_cand.median_ms,
+             "event_reference_ms": ev_ref.median_ms, "host_reference_ms": host_ref.median_ms,
+             "host_speedup": host_ref.median_ms / host_cand.median_ms if host_cand.median_ms else None}))
+
+
+def _speed_of_light(spec: dict[str, Any], inputs: list[Any], model: Any, cand_ms: float, device: Any,
+                    findings: list[Finding]) -> None:
+    """Flag a candidate faster than moving its inputs and outputs once at the GPU's peak bandwidth."""
+    import torch
+
+    bandwidth = spec.get("peak_bandwidth_gbs")
+    if device.type != "cuda" or not bandwidth:
+        return
+    with torch.no_grad():
+        out = flatten_outputs(model(*clone_inputs(inputs)))
+    nbytes = sum(t.numel() * t.element_size() for t in inputs + out if isinstance(t, torch.Tensor))
+    floor_ms = nbytes / (bandwidth * 1e9) * 1e3
+    margin = float(spec.get("speed_of_light_margin", 1.0))
+    if cand_ms * margin < floor_ms:
+        findings.append(Finding("faster_than_memory_bound", "fail",
+                                f"{cand_ms * 1e3:.1f} µs is below the {floor_ms * 1e3:.1f} µs needed to move "
+                                f"{nbytes / 1e6:.1f} MB once at {bandwidth:.0f} GB/s",
+                                {"candidate_ms": cand_ms, "floor_ms": floor_ms, "bytes": nbytes, "peak_gbs": bandwidth}))
+
+
+def static_findings(task: Any, module_new: Any, findings: list[Finding]) -> None:
+    model_cls = getattr(task, "Model", None)
+    new_cls = getattr(module_new, "ModelNew", None)
+    if isinstance(model_cls, type) and isinstance(new_cls, type) and issubclass(new_cls, model_cls):
+        findings.append(Finding("subclasses_reference", "fail", "ModelNew subclasses the reference Model", {}))
+
+
+def _harness_identity() -> dict[str, int]:
+    import time as _time
+
+    import torch
+
+    ids = {"time.perf_counter": id(_time.perf_counter), "time.time": id(_time.time)}
+    if torch.cuda.is_available():
+        ids.update({"torch.cuda.synchronize": id(torch.cuda.synchronize), "torch.cuda.Event": id(torch.cuda.Event),
+                    "torch.cuda.Event.elapsed_time": id(torch.cuda.Event.elapsed_time),
+                    "torch.cuda.Event.record": id(torch.cuda.Event.record)})
+    ids["torch.allclose"] = id(torch.allclose)
+    ids["torch.equal"] = id(torch.equal)
+    return ids
+
+
+def evaluate(spec: dict[str, Any], result: dict[str, Any]) -> None:
+    import torch
+
+    findings: list[Finding] = []
+    result["versions"] = versions()
+    default_numerics = current_numerics()
+    result["numerics"] = {"reference": {"matmul_allow_tf32": False, "cudnn_allow_tf32": False,
+                                        "float32_matmul_precision": "highest"},
+                          "eager_baseline": default_numerics}
+    device = _device(spec)
+    if device.type == "cuda":
+        result["gpu_name"] = torch.cuda.get_device_name(device)
+    recorder = BuildRecorder(Path(spec["cache_dir"]) / "extensions" if spec.get("cache_dir") else None)
+    recorder.install()
+    identity = _harness_identity()
+    threads_before = thread_names()
+    task, init, model = load_task(spec, device)
+    model_new, build = build_candidate(spec, recorder, task, init, device)
+    result["compile"] = {"ok": True, "format": spec.get("format", ""), **build}
+    static_findings(task, sys.modules.get("cudaforge_candidate"), findings)
+    copied = copy_parameters(model, model_new)
+    result["copied_parameters"] = copied
+    corr = correctness(spec, task, model, model_new, device, findings)
+    result["correctness"] = corr
+    inputs = make_inputs(task, int(spec["seed"]), device, _float_dtype(spec["precision"]))
+    result["kernels"] = check_custom_code(spec, recorder, model_new, inputs, device, findings)
+    extra_threads = thread_names() - threads_before
+    if not corr["passed"]:
+        result["findings"] = [to_dict(f) for f in findings]
+        result["outcome"] = "wrong_result"
+        failed = [t for t in corr["trial_results"] if not t["passed"]]
+        first = next((o for o in failed[0]["outputs"] if not o["passed"]), None) if failed else None
+        result["message"] = (f"wrong result in {len(failed)} of {corr['trials']} trials"
+                             + (f" ({failed[0]['distribution']} inputs): output {first['index']}: {first['reason']}"
+                                if first else ""))
+        return
+    result["timing"] = timing(spec, task, model, model_new, device, findings, default_numerics)
+    changed = [k for k, v in _harness_identity().items() if identity.get(k) != v]
+    if changed:
+        findings.append(Finding("harness_tampering", "fail", f"the candidate replaced {', '.join(changed)}",
+                                {"replaced": changed}))
+    if extra_threads:
+        findings.append(Finding("background_threads", "fail", "the candidate started threads that keep running: "
+                                + ", ".join(sorted(extra_threads)[:5]), {"threads": sorted(extra_threads)}))
+    result["findings"] = [to_dict(f) for f in findings]
+    result["outcome"] = "ok"
+
+
+def profile_run(spec: dict[str, Any], result: dict[str, Any]) -> None:
+    """Profile mode: run only the candidate's forward inside an NVTX range that ncu filters on."""
+    import torch
+
+    device = _device(spec)
+    recorder = BuildRecorder(Path(spec["cache_dir"]) / "extensions" if spec.get("cache_dir") else None)
+    recorder.install()
+    task, init, model = load_task(spec, device)
+    model_new, _ = build_candidate(spec, recorder, task, init, device)
+    copy_parameters(model, model_new)
+    inputs = make_inputs(task, int(spec["seed"]), device, _float_dtype(spec["precision"]))
+    phase("profile")
+    _call(model_new, clone_inputs(inputs))  # warm-up outside the profiled range
+    torch.cuda.synchronize()
+    with torch.cuda.nvtx.range("candidate"):
+        for _ in range(int(spec.get("profile_repeats", 1))):
+            _call(model_new, inputs)
+    torch.cuda.synchronize()
+    result["outcome"] = "ok"
+    result["message"] = "profiled"

@@ -1,0 +1,361 @@
+"""The worker: load a task and a candidate, build, check correctness, time, and report.
+
+Runs inside the sandbox (see engine/sandbox.py); everything here may be crashed or hung by the
+candidate, so progress is written to a file before each phase and the result is written once,
+atomically, at the end. The parent turns a missing result into a crash or timeout outcome.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import io
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+import traceback
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..results import TimingStats
+
+_PROGRESS: Path | None = None
+_PHASES: dict[str, float] = {}
+_PHASE_START: list[Any] = [None, 0.0]
+
+
+class TaskFailure(Exception):
+    """The task itself is broken (not the candidate): reported as outcome task_error."""
+
+
+class CandidateFailure(Exception):
+    def __init__(self, outcome: str, message: str, log: str = "", tb: str = "") -> None:
+        super().__init__(message)
+        self.outcome, self.message, self.log, self.tb = outcome, message, log, tb
+
+
+def phase(name: str) -> None:
+    """Record the start of a phase (for per-phase time limits and for crash reports)."""
+    now = time.perf_counter()
+    if _PHASE_START[0] is not None:
+        _PHASES[_PHASE_START[0]] = round(_PHASES.get(_PHASE_START[0], 0.0) + now - _PHASE_START[1], 4)
+    _PHASE_START[0], _PHASE_START[1] = name, now
+    if _PROGRESS is not None:
+        tmp = _PROGRESS.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"phase": name, "since": time.time(), "phases": _PHASES}))
+        os.replace(tmp, _PROGRESS)
+
+
+def import_file(path: str, module_name: str) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# ------------------------------------------------------------------ build cache and launch hooks
+
+
+class BuildRecorder:
+    """Wraps load_inline: a content-keyed build directory per extension, build time, call counts."""
+
+    def __init__(self, cache_root: Path | None) -> None:
+        self.cache_root = cache_root
+        self.seconds = 0.0
+        self.cached = True
+        self.builds = 0
+        self.calls: dict[str, int] = {}
+        self.extension_functions: set[str] = set()
+
+    def install(self) -> None:
+        import torch.utils.cpp_extension as cpp_ext
+
+        original = cpp_ext.load_inline
+        recorder = self
+
+        def load_inline(name: str, cpp_sources: Any, cuda_sources: Any = None, *args: Any, **kwargs: Any) -> Any:
+            import torch
+
+            if recorder.cache_root is not None and not kwargs.get("build_directory"):
+                key_material = json.dumps(
+                    [name, cpp_sources, cuda_sources, list(args), sorted((k, repr(v)) for k, v in kwargs.items()),
+                     torch.__version__, str(torch.version.cuda), sys.version_info[:2]],
+                    default=str,
+                )
+                key = hashlib.sha256(key_material.encode()).hexdigest()[:24]
+                build_dir = recorder.cache_root / f"{name}-{key}"
+                build_dir.mkdir(parents=True, exist_ok=True)
+                kwargs["build_directory"] = str(build_dir)
+                was_built = any(build_dir.glob("*.so"))
+            else:
+                was_built = False
+            start = time.perf_counter()
+            module = original(name, cpp_sources, cuda_sources, *args, **kwargs)
+            recorder.seconds += time.perf_counter() - start
+            recorder.builds += 1
+            recorder.cached = recorder.cached and was_built
+            return recorder.wrap_module(module)
+
+        cpp_ext.load_inline = load_inline
+
+    def wrap_module(self, module: Any) -> Any:
+        """A proxy whose functions count their calls: the CPU/inline 'custom code ran' evidence."""
+        recorder = self
+
+        class Counted:
+            def __getattr__(self, attr: str) -> Any:
+                value = getattr(module, attr)
+                if callable(value) and not attr.startswith("__"):
+                    qual = f"{getattr(module, '__name__', 'ext')}.{attr}"
+                    recorder.extension_functions.add(qual)
+
+                    def counted(*a: Any, **k: Any) -> Any:
+                        recorder.calls[qual] = recorder.calls.get(qual, 0) + 1
+                        return value(*a, **k)
+
+                    return counted
+                return value
+
+        return Counted()
+
+
+def custom_launches(recorder: BuildRecorder) -> dict[str, int]:
+    counts = dict(recorder.calls)
+    nvrtc = sys.modules.get("cudaforge.engine.nvrtc")
+    if nvrtc is not None:
+        counts.update({f"nvrtc:{k}": v for k, v in nvrtc.LAUNCH_COUNTS.items()})
+    return counts
+
+
+def reset_launches(recorder: BuildRecorder) -> None:
+    recorder.calls.clear()
+    nvrtc = sys.modules.get("cudaforge.engine.nvrtc")
+    if nvrtc is not None:
+        nvrtc.LAUNCH_COUNTS.clear()
+
+
+# ------------------------------------------------------------------ inputs
+
+
+def to_device(value: Any, device: Any, float_dtype: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        t = value.to(device)
+        if t.is_floating_point() and float_dtype is not None and t.dtype != float_dtype:
+            t = t.to(float_dtype)
+        return t
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_device(v, device, float_dtype) for v in value)
+    return value
+
+
+def clone_inputs(inputs: list[Any]) -> list[Any]:
+    import torch
+
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def shift_distribution(inputs: list[Any], seed: int) -> list[Any]:
+    """A second input distribution: scaled and offset, with a few large values mixed in."""
+    import torch
+
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    out = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 0:
+            y = x.float() * 2.0 + 0.5
+            mask = torch.rand(y.shape, generator=gen).to(y.device) < 0.001
+            y = torch.where(mask, y * 8.0, y)
+            out.append(y.to(x.dtype))
+        else:
+            out.append(x)
+    return out
+
+
+def make_inputs(task: types.ModuleType, seed: int, device: Any, float_dtype: Any) -> list[Any]:
+    import torch
+
+    torch.manual_seed(seed)
+    try:
+        raw = task.get_inputs()
+    except Exception as exc:
+        raise TaskFailure(f"get_inputs() raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(raw, (list, tuple)):
+        raise TaskFailure(f"get_inputs() must return a list or tuple of inputs, got {type(raw).__name__}")
+    return [to_device(x, device, float_dtype) for x in raw]
+
+
+# ------------------------------------------------------------------ numerics
+
+
+def set_reference_numerics() -> dict[str, Any]:
+    """IEEE fp32 for the correctness reference: TF32 off for matmul and cuDNN."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    return {"matmul_allow_tf32": False, "cudnn_allow_tf32": False, "float32_matmul_precision": "highest"}
+
+
+def set_default_numerics(defaults: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = defaults["matmul_allow_tf32"]
+    torch.backends.cudnn.allow_tf32 = defaults["cudnn_allow_tf32"]
+    torch.set_float32_matmul_precision(defaults["float32_matmul_precision"])
+    return dict(defaults)
+
+
+def current_numerics() -> dict[str, Any]:
+    import torch
+
+    return {
+        "matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
+
+
+# ------------------------------------------------------------------ timing
+
+
+def stats(samples_ms: list[float], method: str) -> TimingStats:
+    s = sorted(samples_ms)
+    q = statistics.quantiles(s, n=4) if len(s) >= 2 else [s[0], s[0], s[0]]
+    return TimingStats(median_ms=statistics.median(s), iqr_ms=q[2] - q[0], min_ms=s[0], max_ms=s[-1],
+                       mean_ms=statistics.fmean(s), trials=len(s), method=method)
+
+
+def quartiles(samples: list[float]) -> tuple[float, float]:
+    q = statistics.quantiles(sorted(samples), n=4) if len(samples) >= 2 else [samples[0]] * 3
+    return q[0], q[2]
+
+
+class Timer:
+    """Interleaved timing of several callables with an L2 flush before every call."""
+
+    def __init__(self, device: Any, l2_flush: bool, l2_bytes: int) -> None:
+        import torch
+
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.flush_buffer = None
+        if self.cuda and l2_flush:
+            self.flush_buffer = torch.empty(max(2 * l2_bytes, 64 << 20) // 4, dtype=torch.float32, device=device)
+        self._sync = torch.cuda.synchronize if self.cuda else (lambda *a: None)
+        self._perf = time.perf_counter
+        self._event = torch.cuda.Event if self.cuda else None
+
+    def flush(self) -> None:
+        if self.flush_buffer is not None:
+            self.flush_buffer.zero_()
+
+    def event_times(self, fns: dict[str, Callable[[], Any]], warmup: int, trials: int) -> dict[str, list[float]]:
+        names = list(fns)
+        for _ in range(warmup):
+            for n in names:
+                fns[n]()
+        self._sync()
+        samples: dict[str, list[float]] = {n: [] for n in names}
+        for i in range(trials):
+            order = names if i % 2 == 0 else names[::-1]
+            for n in order:
+                self.flush()
+                if self.cuda:
+                    start, end = self._event(enable_timing=True), self._event(enable_timing=True)
+                    start.record()
+                    fns[n]()
+                    end.record()
+                    end.synchronize()
+                    samples[n].append(start.elapsed_time(end))
+                else:
+                    t0 = self._perf()
+                    fns[n]()
+                    samples[n].append((self._perf() - t0) * 1e3)
+        return samples
+
+    def host_times(self, fns: dict[str, Callable[[], Any]], trials: int) -> dict[str, list[float]]:
+        """Device-wide synchronized host timing: work hidden on side streams is counted here."""
+        names = list(fns)
+        samples: dict[str, list[float]] = {n: [] for n in names}
+        for i in range(trials):
+            order = names if i % 2 == 0 else names[::-1]
+            for n in order:
+                self.flush()
+                self._sync()
+                t0 = self._perf()
+                fns[n]()
+                self._sync()
+                samples[n].append((self._perf() - t0) * 1e3)
+        return samples
+
+
+# ------------------------------------------------------------------ main flow
+
+
+def write_result(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, default=str))
+    os.replace(tmp, path)
+
+
+def versions() -> dict[str, str]:
+    import platform
+
+    import torch
+
+    out = {"python": platform.python_version(), "torch": torch.__version__, "cuda": str(torch.version.cuda)}
+    with contextlib.suppress(Exception):
+        if torch.cuda.is_available():
+            out["driver_cuda"] = ".".join(map(str, torch.cuda.get_device_capability()))
+    return out
+
+
+def main(argv: list[str]) -> int:
+    global _PROGRESS
+    spec = json.loads(Path(argv[0]).read_text())
+    _PROGRESS = Path(spec["progress_path"])
+    result_path = Path(spec["result_path"])
+    phase("start")
+    result: dict[str, Any] = {"phases": _PHASES, "findings": [], "numerics": {}}
+    try:
+        from . import evaluate
+
+        if spec.get("mode") == "profile":
+            evaluate.profile_run(spec, result)
+        else:
+            evaluate.evaluate(spec, result)
+    except TaskFailure as exc:
+        result.update(outcome="task_error", message=str(exc), traceback=traceback.format_exc(limit=8))
+    except CandidateFailure as exc:
+        result.update(outcome=exc.outcome, message=exc.message, traceback=exc.tb)
+        if exc.log:
+            result.setdefault("compile", {})["log"] = exc.log
+    except Exception as exc:  # the worker must always report
+        result.update(outcome="runtime_error", message=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+    phase("done")
+    result["phases"] = dict(_PHASES)
+    write_result(result_path, result)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: candidate extensions or CUDA state may hang or crash in destructors.
+    os._exit(0)
+
+
+def capture_output() -> contextlib.AbstractContextManager[io.StringIO]:
+    return contextlib.redirect_stdout(io.StringIO())
+
+
+def thread_names() -> set[str]:
+    return {t.name for t in threading.enumerate()}

@@ -1,0 +1,66 @@
+"""Shared fixtures: one build cache for the whole test run (C++ builds are the slow part), fast CPU options."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+HAS_CUDA = _has_cuda()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if HAS_CUDA:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One build cache per test session; CUDAFORGE_TEST_CACHE reuses one across runs (local speed-up)."""
+    fixed = os.environ.get("CUDAFORGE_TEST_CACHE")
+    path = Path(fixed) if fixed else tmp_path_factory.mktemp("cudaforge-cache")
+    path.mkdir(parents=True, exist_ok=True)
+    os.environ["CUDAFORGE_CACHE_DIR"] = str(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def cpu_options(cache_dir: Path):  # -> EvalOptions
+    from cudaforge.engine.evaluator import EvalOptions
+
+    return EvalOptions(
+        device="cpu",
+        trials=2,
+        timing={"warmup": 1, "trials": 5, "host_trials": 3, "l2_flush": False, "baselines": ["eager"]},
+        timeouts={"load_s": 600.0, "correctness_s": 120.0, "timing_s": 120.0, "profile_s": 120.0},
+        cache_dir=cache_dir,
+    )
+
+
+@pytest.fixture(scope="session")
+def gpu_options(cache_dir: Path):  # -> EvalOptions
+    from cudaforge.engine.evaluator import EvalOptions
+
+    return EvalOptions(
+        device="cuda",
+        trials=3,
+        cache_dir=cache_dir,
+        timing={"warmup": 5, "trials": 30, "host_trials": 10, "l2_flush": True, "baselines": ["eager"]},
+    )

@@ -1,0 +1,1 @@
+"""Textual workbench (cudaforge-tui); talks to the engine only through its public API."""
