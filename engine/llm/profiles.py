@@ -1,0 +1,159 @@
+"""Model profiles (profiles/models/*.toml): prices per million tokens and context/output limits.
+
+A model without a profile, or a profile without a price, costs None ("unknown"), never zero,
+so a budget is not silently treated as untouched.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from cudaforge.engine.errors import ConfigError
+from cudaforge.engine.llm.settings import is_loopback_url
+from cudaforge.engine.llm.types import Usage
+
+_PRICE_KEYS = ("input_per_mtok", "cached_input_per_mtok", "cache_write_per_mtok", "output_per_mtok")
+_KEYS = (
+    "provider",
+    "aliases",
+    *_PRICE_KEYS,
+    "context_tokens",
+    "max_output_tokens",
+    "reasoning",
+    "accepts_temperature",
+    "price_date",
+    "price_source",
+    "notes",
+)
+# Dated snapshots ("gpt-5-mini-2025-08-07", "claude-sonnet-4-5-20250929") share their base's profile.
+_SNAPSHOT_SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|latest)$")
+LOCAL_PROFILE = "local"
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """What we know about one model; every price is dollars per million tokens, None = unknown."""
+
+    name: str
+    provider: str
+    input_per_mtok: float | None = None
+    cached_input_per_mtok: float | None = None
+    cache_write_per_mtok: float | None = None
+    output_per_mtok: float | None = None
+    context_tokens: int | None = None
+    max_output_tokens: int | None = None
+    reasoning: bool = False  # a reasoning model: takes an effort/thinking setting
+    accepts_temperature: bool = True  # o-series and gpt-5 reasoning models refuse temperature
+    aliases: tuple[str, ...] = ()
+    price_date: str = ""
+    price_source: str = ""
+    notes: str = ""
+
+    @property
+    def priced(self) -> bool:
+        return self.input_per_mtok is not None and self.output_per_mtok is not None
+
+    def cost(self, usage: Usage) -> float | None:
+        """Dollars for one call; None if unpriced. Cache rates fall back to the input rate."""
+        if not self.priced:
+            return None
+        assert self.input_per_mtok is not None and self.output_per_mtok is not None
+        cached_rate = (
+            self.cached_input_per_mtok if self.cached_input_per_mtok is not None else self.input_per_mtok
+        )
+        write_rate = (
+            self.cache_write_per_mtok if self.cache_write_per_mtok is not None else self.input_per_mtok
+        )
+        dollars = (
+            usage.uncached_input_tokens * self.input_per_mtok
+            + usage.cached_input_tokens * cached_rate
+            + usage.cache_write_tokens * write_rate
+            + usage.output_tokens * self.output_per_mtok
+        )
+        return dollars / 1_000_000
+
+
+def _parse_profile(name: str, table: Mapping[str, Any], source: str) -> ModelProfile:
+    for key in table:
+        if key not in _KEYS:
+            raise ConfigError(f"{source}: [models.\"{name}\"] unknown key '{key}'")
+    values: dict[str, Any] = dict(table)
+    for key in _PRICE_KEYS:
+        if key in values:
+            value = values[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f'{source}: [models."{name}"] {key} must be a non-negative number')
+            values[key] = float(value)
+    values["aliases"] = tuple(values.get("aliases", ()))
+    if "provider" not in values:
+        raise ConfigError(f'{source}: [models."{name}"] needs provider')
+    return ModelProfile(name=name, **values)
+
+
+def parse_profiles(text: str, source: str) -> dict[str, ModelProfile]:
+    """Profiles from one TOML document (`[models."name"]` tables)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    models = data.get("models", {})
+    return {name: _parse_profile(name, table, source) for name, table in models.items()}
+
+
+@functools.cache
+def load_model_profiles() -> dict[str, ModelProfile]:
+    """All shipped profiles, read once from package data `cudaforge.profiles/models/*.toml`."""
+    profiles: dict[str, ModelProfile] = {}
+    folder = resources.files("cudaforge.profiles").joinpath("models")
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".toml"):
+            profiles.update(
+                parse_profiles(entry.read_text(encoding="utf-8"), f"profiles/models/{entry.name}")
+            )
+    return profiles
+
+
+def find_profile(model: str, profiles: Mapping[str, ModelProfile] | None = None) -> ModelProfile | None:
+    """The profile of `model`: exact name, alias, dated snapshot of a known name, or None."""
+    table = load_model_profiles() if profiles is None else profiles
+    candidates = [model]
+    if "/" in model:  # "openai/gpt-5" as written for routers
+        candidates.append(model.rsplit("/", 1)[1])
+    for name in candidates:
+        if name in table:
+            return table[name]
+        for profile in table.values():
+            if name in profile.aliases:
+                return profile
+        base = _SNAPSHOT_SUFFIX.sub("", name)
+        if base != name and base in table:
+            return table[base]
+    return None
+
+
+def price_of(
+    model: str,
+    usage: Usage,
+    *,
+    provider: str | None = None,
+    base_url: str | None = None,
+    profiles: Mapping[str, ModelProfile] | None = None,
+) -> float | None:
+    """Dollars for `usage` on `model`, or None when unknown.
+
+    A model served by an OpenAI-compatible server on this machine falls back to the `local`
+    profile (free to call) when it has no profile of its own; the same model name on a remote
+    server stays unknown, because someone is probably billing for it.
+    """
+    profile = find_profile(model, profiles)
+    unpriced = profile is None or not profile.priced
+    if unpriced and provider == "openai-compatible" and base_url and is_loopback_url(base_url):
+        table = load_model_profiles() if profiles is None else profiles
+        profile = table.get(LOCAL_PROFILE)
+    return None if profile is None else profile.cost(usage)
