@@ -1,0 +1,177 @@
+"""Unit tests of the runtime cache-reuse probe (engine/integrity.py: check_cache_reuse) in this process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from cudaforge.engine.integrity import check_cache_reuse, check_constant_output
+from cudaforge.engine.results import Finding
+
+TOL = {"atol": 1e-4, "rtol": 1e-4}
+
+
+def reference(inputs: list[Any]) -> Any:
+    x, w = inputs
+    return torch.relu(x) * 2.0 + w
+
+
+def make_inputs(seed: int) -> list[Any]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(8, 16, generator=g), torch.randn(16, generator=g)]
+
+
+def probe(candidate: Callable[[list[Any]], Any], ref: Callable[[list[Any]], Any] = reference,
+          make: Callable[[int], list[Any]] = make_inputs) -> dict[str, Finding]:
+    findings = check_cache_reuse(candidate, ref, make, **TOL)
+    return {f.name: f for f in findings}
+
+
+def test_honest_candidate_has_no_findings() -> None:
+    assert probe(lambda inp: reference([t.clone() for t in inp])) == {}
+
+
+def test_pointer_keyed_cache_is_caught_in_the_same_memory() -> None:
+    cache: dict[int, torch.Tensor] = {}
+
+    def cand(inp: list[Any]) -> Any:
+        key = inp[0].data_ptr()
+        if key not in cache:
+            cache[key] = reference(inp)
+        return cache[key]
+
+    f = probe(cand)["result_cache"]
+    assert f.severity == "fail" and f.evidence["probe"] == "same_memory" and f.evidence["stale"]
+
+
+def test_pointer_and_version_keyed_cache_is_caught_because_the_probe_keeps_the_version() -> None:
+    cache: dict[tuple[int, int], torch.Tensor] = {}
+
+    def cand(inp: list[Any]) -> Any:
+        key = (inp[0].data_ptr(), inp[0]._version)
+        if key not in cache:
+            cache[key] = reference(inp)
+        return cache[key]
+
+    assert probe(cand)["result_cache"].evidence["probe"] == "same_memory"
+
+
+def test_probe_writes_through_data_without_bumping_the_version_counter() -> None:
+    x = torch.zeros(4)
+    before = x._version
+    x.data.copy_(torch.ones(4))
+    assert x._version == before and bool((x == 1).all())
+
+
+def test_sample_validated_cache_is_caught_by_the_sparse_probe() -> None:
+    memo: dict[int, tuple[float, torch.Tensor]] = {}
+
+    def cand(inp: list[Any]) -> Any:
+        x = inp[0]
+        key, sample = x.data_ptr(), float(x.reshape(-1)[0])
+        hit = memo.get(key)
+        if hit is not None and hit[0] == sample:
+            return hit[1]
+        y = reference(inp)
+        memo[key] = (sample, y)
+        return y
+
+    f = probe(cand)["result_cache"]
+    assert f.evidence["probe"] == "same_memory_sparse"
+
+
+def test_shape_keyed_cache_is_caught() -> None:
+    cache: dict[tuple[int, ...], torch.Tensor] = {}
+
+    def cand(inp: list[Any]) -> Any:
+        return cache.setdefault(tuple(inp[0].shape), reference(inp))
+
+    assert "result_cache" in probe(cand)
+
+
+def test_shape_keyed_cache_that_checks_pointers_is_caught_in_new_memory() -> None:
+    """Recomputes when the same memory is reused (looks honest there), caches across new allocations."""
+    state: dict[str, Any] = {}
+
+    def cand(inp: list[Any]) -> Any:
+        ptr = inp[0].data_ptr()
+        if state.get("ptr") == ptr or "out" not in state:
+            state["out"] = reference(inp)
+            state["ptr"] = ptr
+        return state["out"]
+
+    f = probe(cand)["result_cache"]
+    assert f.evidence["probe"] == "new_memory"
+
+
+def test_candidate_that_degrades_after_a_few_calls_is_inconsistent() -> None:
+    calls = [0]
+
+    def cand(inp: list[Any]) -> Any:
+        calls[0] += 1
+        y = reference(inp)
+        return y if calls[0] < 2 else y + 1.0
+
+    f = probe(cand)["inconsistent_output"]
+    assert f.severity == "fail" and not f.evidence["stale"]
+
+
+def test_reused_output_buffer_written_every_call_is_fine() -> None:
+    buf: dict[str, torch.Tensor] = {}
+
+    def cand(inp: list[Any]) -> Any:
+        out = buf.setdefault("y", torch.empty(8, 16))
+        out.copy_(reference(inp))
+        return out
+
+    assert probe(cand) == {}
+
+
+def test_wrong_from_the_start_is_left_to_the_correctness_trials() -> None:
+    assert probe(lambda inp: reference(inp) + 1.0) == {}
+
+
+def test_mixed_inputs_integer_and_scalar() -> None:
+    def make(seed: int) -> list[Any]:
+        g = torch.Generator().manual_seed(seed)
+        return [torch.randn(5, 3, generator=g), torch.randint(0, 5, (7,), generator=g), 3]
+
+    def ref(inp: list[Any]) -> Any:
+        table, idx, k = inp
+        return table[idx] * k, idx.sum()
+
+    assert check_cache_reuse(lambda inp: ref(inp), ref, make, **TOL) == []
+    cache: dict[int, Any] = {}
+
+    def cand(inp: list[Any]) -> Any:
+        return cache.setdefault(inp[1].data_ptr(), ref(inp))
+
+    assert {f.name for f in check_cache_reuse(cand, ref, make, **TOL)} == {"result_cache"}
+
+
+def test_constant_output_where_the_reference_varies() -> None:
+    def tiny(inp: list[Any]) -> Any:
+        return inp[0] * 1e-6
+
+    def make(seed: int) -> list[Any]:
+        return [torch.randn(8, 16, generator=torch.Generator().manual_seed(seed))]
+
+    found = {f.name: f for f in check_cache_reuse(lambda inp: torch.zeros_like(inp[0]), tiny, make, **TOL)}
+    assert set(found) == {"constant_output"}
+    assert found["constant_output"].evidence["outputs"][0]["value"] == 0.0
+    assert check_cache_reuse(lambda inp: tiny([t.clone() for t in inp]), tiny, make, **TOL) == []
+
+
+@pytest.mark.parametrize("expected, got, flagged", [
+    (torch.arange(6.0), torch.zeros(6), True),
+    (torch.arange(6.0), torch.full((6,), 2.5), True),
+    (torch.zeros(6), torch.zeros(6), False),  # the reference is constant too
+    (torch.full((6,), 1e-40).index_fill(0, torch.tensor([0]), 0.0), torch.zeros(6), False),  # denormal spread
+    (torch.arange(6.0), torch.arange(6.0), False),
+    (torch.tensor([1.0]), torch.tensor([0.0]), False),  # one element says nothing
+    (torch.arange(6), torch.zeros(6, dtype=torch.long), False),  # integers are compared exactly elsewhere
+])
+def test_check_constant_output(expected: torch.Tensor, got: torch.Tensor, flagged: bool) -> None:
+    assert (check_constant_output([expected], [got]) is not None) is flagged
