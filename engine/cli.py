@@ -58,6 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--baseline", action="append", choices=("eager", "compile"),
                     help="add a timing baseline (eager is always timed)")
     ev.add_argument("--keep", action="store_true", help="keep the worker's folder (logs, spec) for inspection")
+    pr = sub.add_parser("profile", help="profile a candidate's kernels with Nsight Compute and analyze them")
+    pr.add_argument("task")
+    pr.add_argument("candidate")
+    _common(pr)
+    pr.add_argument("--keep", action="store_true", help=argparse.SUPPRESS)
+    doc = sub.add_parser("doctor", help="check GPU, driver, torch, nvcc, ncu, counters and LLM endpoints")
+    _common(doc)
     return parser
 
 
@@ -108,7 +115,67 @@ def _peak_bandwidth(config: Any) -> float | None:
         return None
 
 
-COMMANDS = {"eval": _cmd_eval}
+def _ncu_settings(config: Any) -> Any:
+    from .profiling import NcuSettings
+
+    table = dict(config.section("ncu"))
+    return NcuSettings.from_table(table, source=str(config.files[-1]) if config.files else "config") if table \
+        else NcuSettings()
+
+
+async def _cmd_profile(args: argparse.Namespace) -> int:
+    from .analyzer import analyze, format_profile
+    from .errors import ToolUnavailable
+    from .evaluator import EvalOptions, Evaluator
+    from .gpus import profile_for_device
+    from .profiler import Profiler
+
+    config = load_config(args.config, _overrides(args))
+    if config.get("eval", "device") != "cuda":
+        raise ToolUnavailable("profiling needs a CUDA device (--device cuda)")
+    task = load_task(args.task)
+    candidate = load_candidate(args.candidate)
+    gpu = profile_for_device(config.get("eval", "gpu"))
+    evaluator = Evaluator(EvalOptions.from_config(config), keep_workdirs=args.keep)
+    _eprint(f"profiling {args.candidate} with ncu …")
+    result = await Profiler(evaluator, _ncu_settings(config), chip=getattr(gpu, "chip", "") or "").profile(
+        task, candidate)
+    analysis = analyze(result, gpu) if (result.ok and gpu is not None) else None
+    if args.json:
+        print(json.dumps({"profile": result.to_dict(), "analysis": analysis.to_dict() if analysis else None,
+                          "gpu": gpu.to_dict() if gpu else None}, indent=2, default=str))
+        _eprint(result.message)
+    else:
+        print(format_profile(result, analysis))
+    if result.ok:
+        return EXIT_OK
+    return EXIT_UNAVAILABLE if result.error_kind in ("ncu_missing", "permission_denied") else EXIT_NOT_ACCEPTED
+
+
+async def _cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import doctor_exit_code, format_checks, run_doctor
+
+    config = load_config(args.config, _overrides(args))
+    endpoints = []
+    for role in ("coder", "judge"):
+        table = dict(config.section(role))
+        if not table or table.get("provider") == "heuristic":
+            continue
+        from .llm import LLMSettings
+
+        s = LLMSettings.from_table(table, section=role, source="config")
+        endpoints.append((role, s.resolved_base_url, s.resolved_key_env, s.provider))
+    checks = await asyncio.to_thread(run_doctor, device=config.get("eval", "device"),
+                                     gpu_index=config.get("eval", "gpu"), ncu_settings=_ncu_settings(config),
+                                     endpoints=endpoints)
+    if args.json:
+        print(json.dumps([c.__dict__ if hasattr(c, "__dict__") else str(c) for c in checks], indent=2, default=str))
+    else:
+        print(format_checks(checks))
+    return doctor_exit_code(checks)
+
+
+COMMANDS = {"eval": _cmd_eval, "profile": _cmd_profile, "doctor": _cmd_doctor}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,12 +17,13 @@ from typing import Any
 
 from .candidate import Candidate
 from .config import Config
-from .gpu_lock import gpu_lock, other_gpu_processes
+from .gpu_lock import gpu_lock_path, other_gpu_processes
 from .results import EvalResult, Finding, WorkerExit, from_dict
 from .sandbox import ProcessOutcome, run_sandboxed, tail
 from .task import Task
 
 PHASE_GROUPS = {
+    "gpu_wait_s": ("gpu_wait",),
     "load_s": ("start", "load_task", "build", "init"),
     "correctness_s": ("correctness", "kernels"),
     "timing_s": ("timing", "compile_baseline"),
@@ -51,7 +52,7 @@ class EvalOptions:
     timing: Mapping[str, Any] = field(default_factory=lambda: {
         "warmup": 10, "trials": 50, "host_trials": 20, "l2_flush": True, "baselines": ["eager"]})
     timeouts: Mapping[str, float] = field(default_factory=lambda: {
-        "load_s": 900.0, "correctness_s": 180.0, "timing_s": 300.0, "profile_s": 300.0})
+        "load_s": 900.0, "correctness_s": 180.0, "timing_s": 300.0, "profile_s": 300.0, "gpu_wait_s": 3600.0})
     output_limit_bytes: int = 64 << 20
     open_files: int = 1024
     cache_dir: Path = field(default_factory=default_cache_dir)
@@ -68,7 +69,7 @@ class EvalOptions:
             device=ev["device"], gpu=ev["gpu"], precision=ev["precision"], trials=ev["trials"], seed=ev["seed"],
             atol=ev["atol"], rtol=ev["rtol"], second_distribution=ev["second_distribution"],
             timing=dict(tm),
-            timeouts={k: float(to[k]) for k in PHASE_GROUPS},
+            timeouts={k: float(to[k]) for k in PHASE_GROUPS if k in to} | {"gpu_wait_s": 3600.0},
             output_limit_bytes=int(to["output_mb"]) << 20, open_files=int(to["open_files"]),
             cache_dir=Path(cache).expanduser() if cache else default_cache_dir(),
             integrity_policy=dict(config.get("integrity", "policy")),
@@ -77,7 +78,8 @@ class EvalOptions:
         return replace(opts, **overrides) if overrides else opts
 
     def phase_limits(self) -> dict[str, float]:
-        return {phase: float(self.timeouts[group]) for group, phases in PHASE_GROUPS.items() for phase in phases}
+        return {phase: float(self.timeouts.get(group, 3600.0)) for group, phases in PHASE_GROUPS.items()
+                for phase in phases}
 
 
 # Default severities of findings; `[integrity] policy` overrides per name.
@@ -124,6 +126,7 @@ class Evaluator:
             "cache_dir": str(o.cache_dir),
             "peak_bandwidth_gbs": o.peak_bandwidth_gbs,
             "speed_of_light_margin": o.speed_of_light_margin,
+            "gpu_lock_path": str(gpu_lock_path(o.cache_dir, o.gpu)) if o.device == "cuda" else None,
             "result_path": str(workdir / "result.json"),
             "progress_path": str(workdir / "sandbox" / "progress.json"),
         }
@@ -155,16 +158,16 @@ class Evaluator:
                 if others:
                     warnings.append(Finding("gpu_shared", "warn", f"{len(others)} other process(es) use GPU "
                                             f"{self.options.gpu}; timings may be disturbed", {"pids": others}))
-            async with gpu_lock(self.options.cache_dir, self.options.device, self.options.gpu):
-                outcome, out_path, err_path = await run_sandboxed(
-                    [self.options.python, "-m", "cudaforge.engine.worker", str(spec_path)],
-                    workdir=workdir / "sandbox",
-                    env=self.worker_env(),
-                    phase_limits=self.options.phase_limits(),
-                    default_limit_s=max(self.options.timeouts.values()),
-                    output_limit_bytes=self.options.output_limit_bytes,
-                    open_files=self.options.open_files,
-                )
+            # The worker takes the GPU lock itself once its build is done (builds may overlap).
+            outcome, out_path, err_path = await run_sandboxed(
+                [self.options.python, "-m", "cudaforge.engine.worker", str(spec_path)],
+                workdir=workdir / "sandbox",
+                env=self.worker_env(),
+                phase_limits=self.options.phase_limits(),
+                default_limit_s=float(self.options.timeouts.get("load_s", 900.0)),
+                output_limit_bytes=self.options.output_limit_bytes,
+                open_files=self.options.open_files,
+            )
             return self.assemble(task, candidate, workdir, outcome, out_path, err_path, warnings)
         finally:
             if not self.keep_workdirs:
@@ -201,7 +204,13 @@ class Evaluator:
             result = replace(result, exit=worker_exit)
         else:
             result = self._failure_without_result(base, outcome, worker_exit, stderr_tail)
-        findings = apply_policy(tuple(warnings) + result.findings, self.options.integrity_policy)
+        # Static checks again here, on the source the app holds: code in the worker could forge its result file.
+        from .integrity import source_findings
+
+        have = {f.name for f in result.findings}
+        static = tuple(f for f in source_findings(candidate.source, task.source, precision=self.options.precision)
+                       if f.name not in have)
+        findings = apply_policy(tuple(warnings) + result.findings + static, self.options.integrity_policy)
         outcome_name = result.outcome
         message = result.message
         if outcome_name == "ok" and any(f.severity == "fail" for f in findings):
@@ -218,7 +227,7 @@ class Evaluator:
         if outcome.reason == "timeout":
             name, msg = "timeout", f"timed out after {outcome.limit_s:g} s in phase '{phase}'; the worker was killed"
         elif outcome.reason == "output_limit":
-            name, msg = "crash", f"killed for writing more than {self.options.output_limit_bytes >> 20} MiB of output"
+            name, msg = "crash", f"killed for writing more than {self.options.output_limit_bytes / 2**20:g} MiB of output"
         elif outcome.reason == "cancelled":
             name, msg = "crash", "cancelled"
         elif outcome.reason == "signal":

@@ -13,15 +13,20 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 
+def gpu_lock_path(cache_dir: Path, gpu: int) -> Path:
+    """The lock file shared by every evaluation, timing and profile on `gpu`."""
+    lock_dir = cache_dir / "locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    return lock_dir / f"gpu{gpu}.lock"
+
+
 @contextlib.asynccontextmanager
 async def gpu_lock(cache_dir: Path, device: str, gpu: int) -> AsyncIterator[None]:
     """Hold the lock for `gpu` (CPU runs take no lock); waits without blocking the event loop."""
     if device != "cuda":
         yield
         return
-    lock_dir = cache_dir / "locks"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(lock_dir / f"gpu{gpu}.lock"))
+    lock = FileLock(str(gpu_lock_path(cache_dir, gpu)))
     while True:
         try:
             lock.acquire(timeout=0)

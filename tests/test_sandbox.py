@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import textwrap
@@ -109,10 +110,8 @@ def test_cancellation_kills_the_tree(tmp_path: Path) -> None:
             if pidfile.exists() and pidfile.read_text():
                 break
         task.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await task
-        except asyncio.CancelledError:
-            pass
 
     asyncio.run(go())
     pid = int(pidfile.read_text())

@@ -10,6 +10,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from ..integrity import check_cache_reuse, source_findings
 from ..results import Finding, to_dict
 from .compare import DEFAULT_TOLERANCE, compare_output, flatten_outputs, would_pass_trivially
 from .harness import (
@@ -17,6 +18,7 @@ from .harness import (
     CandidateFailure,
     TaskFailure,
     Timer,
+    capture_clocks,
     clone_inputs,
     current_numerics,
     custom_launches,
@@ -483,6 +485,22 @@ def _harness_identity() -> dict[str, int]:
     return ids
 
 
+_HELD_LOCKS: list[Any] = []
+
+
+def _acquire_gpu(spec: dict[str, Any]) -> None:
+    """Take the per-GPU file lock after the build, so builds run in parallel but GPU work never overlaps."""
+    path = spec.get("gpu_lock_path")
+    if not path:
+        return
+    phase("gpu_wait")
+    from filelock import FileLock
+
+    lock = FileLock(path)
+    lock.acquire()
+    _HELD_LOCKS.append(lock)  # released when the worker process exits
+
+
 def evaluate(spec: dict[str, Any], result: dict[str, Any]) -> None:
     import torch
 
@@ -498,13 +516,19 @@ def evaluate(spec: dict[str, Any], result: dict[str, Any]) -> None:
     recorder = BuildRecorder(Path(spec["cache_dir"]) / "extensions" if spec.get("cache_dir") else None)
     recorder.install()
     identity = _harness_identity()
+    capture_clocks()
     threads_before = thread_names()
+    # Static integrity checks read the sources before any candidate code runs (it cannot rewrite them first).
+    source_checks = source_findings(Path(spec["candidate_path"]).read_text(encoding="utf-8"),
+                                    Path(spec["task_path"]).read_text(encoding="utf-8"), precision=spec["precision"])
     task, init, model = load_task(spec, device)
     model_new, build = build_candidate(spec, recorder, task, init, device)
     result["compile"] = {"ok": True, "format": spec.get("format", ""), **build}
     static_findings(task, sys.modules.get("cudaforge_candidate"), findings)
+    findings.extend(source_checks)
     copied = copy_parameters(model, model_new)
     result["copied_parameters"] = copied
+    _acquire_gpu(spec)
     corr = correctness(spec, task, model, model_new, device, findings)
     result["correctness"] = corr
     inputs = make_inputs(task, int(spec["seed"]), device, _float_dtype(spec["precision"]))
@@ -519,6 +543,10 @@ def evaluate(spec: dict[str, Any], result: dict[str, Any]) -> None:
                              + (f" ({failed[0]['distribution']} inputs): output {first['index']}: {first['reason']}"
                                 if first else ""))
         return
+    findings.extend(check_cache_reuse(
+        lambda inp: _run_candidate(model_new, inp, device), lambda inp: _run_reference(model, inp),
+        lambda seed: make_inputs(task, seed, device, _float_dtype(spec["precision"])),
+        atol=corr["atol"], rtol=corr["rtol"], seed=int(spec["seed"]) + 20_000))
     result["timing"] = timing(spec, task, model, model_new, device, findings, default_numerics)
     changed = [k for k, v in _harness_identity().items() if identity.get(k) != v]
     if changed:
@@ -542,6 +570,7 @@ def profile_run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     model_new, _ = build_candidate(spec, recorder, task, init, device)
     copy_parameters(model, model_new)
     inputs = make_inputs(task, int(spec["seed"]), device, _float_dtype(spec["precision"]))
+    _acquire_gpu(spec)
     phase("profile")
     _call(model_new, clone_inputs(inputs))  # warm-up outside the profiled range
     torch.cuda.synchronize()

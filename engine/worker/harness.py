@@ -119,8 +119,9 @@ class BuildRecorder:
                     recorder.extension_functions.add(qual)
 
                     def counted(*a: Any, **k: Any) -> Any:
+                        out = value(*a, **k)  # a call that raises did no work: count it only after
                         recorder.calls[qual] = recorder.calls.get(qual, 0) + 1
-                        return value(*a, **k)
+                        return out
 
                     return counted
                 return value
@@ -242,6 +243,19 @@ def quartiles(samples: list[float]) -> tuple[float, float]:
     return q[0], q[2]
 
 
+REAL_CLOCKS: dict[str, Any] = {"perf_counter": time.perf_counter}
+
+
+def capture_clocks() -> None:
+    """Keep references to the timing functions before the candidate is imported, so patching
+    them later cannot falsify our numbers (it is still reported as harness_tampering)."""
+    import torch
+
+    REAL_CLOCKS["perf_counter"] = time.perf_counter
+    REAL_CLOCKS["synchronize"] = torch.cuda.synchronize
+    REAL_CLOCKS["event"] = torch.cuda.Event
+
+
 class Timer:
     """Interleaved timing of several callables with an L2 flush before every call."""
 
@@ -253,9 +267,10 @@ class Timer:
         self.flush_buffer = None
         if self.cuda and l2_flush:
             self.flush_buffer = torch.empty(max(2 * l2_bytes, 64 << 20) // 4, dtype=torch.float32, device=device)
-        self._sync = torch.cuda.synchronize if self.cuda else (lambda *a: None)
-        self._perf = time.perf_counter
-        self._event = torch.cuda.Event if self.cuda else None
+        # The real clocks, captured before any candidate code ran (see capture_clocks).
+        self._sync = REAL_CLOCKS["synchronize"] if self.cuda else (lambda *a: None)
+        self._perf = REAL_CLOCKS["perf_counter"]
+        self._event = REAL_CLOCKS["event"] if self.cuda else None
 
     def flush(self) -> None:
         if self.flush_buffer is not None:
