@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -245,11 +244,3 @@ class Evaluator:
             name = "cuda_error"
         return EvalResult(outcome=name, accepted=False, message=msg, exit=worker_exit, **base)
 
-
-def run_command(argv: list[str], timeout: float = 10.0) -> tuple[int, str]:
-    """Run a short helper command (nvidia-smi, nvcc --version) and return (exit code, output)."""
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-        return proc.returncode, proc.stdout + proc.stderr
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return 127, str(exc)

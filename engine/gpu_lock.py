@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import shutil
 import subprocess
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-from filelock import FileLock, Timeout
 
 
 def gpu_lock_path(cache_dir: Path, gpu: int) -> Path:
@@ -18,25 +14,6 @@ def gpu_lock_path(cache_dir: Path, gpu: int) -> Path:
     lock_dir = cache_dir / "locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
     return lock_dir / f"gpu{gpu}.lock"
-
-
-@contextlib.asynccontextmanager
-async def gpu_lock(cache_dir: Path, device: str, gpu: int) -> AsyncIterator[None]:
-    """Hold the lock for `gpu` (CPU runs take no lock); waits without blocking the event loop."""
-    if device != "cuda":
-        yield
-        return
-    lock = FileLock(str(gpu_lock_path(cache_dir, gpu)))
-    while True:
-        try:
-            lock.acquire(timeout=0)
-            break
-        except Timeout:
-            await asyncio.sleep(0.2)
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 def other_gpu_processes(gpu: int) -> list[int]:

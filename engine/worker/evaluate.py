@@ -225,19 +225,16 @@ def correctness(spec: dict[str, Any], task: Any, model: Any, model_new: Any, dev
         ref_in, cand_in = clone_inputs(inputs), clone_inputs(inputs)
         order = "reference_first" if i % 2 == 0 else "candidate_first"
         set_reference_numerics()
-        try:
-            if order == "reference_first":
-                ref_out = _run_reference(model, ref_in)
-                expected = [t.clone() if isinstance(t, torch.Tensor) else t for t in flatten_outputs(ref_out)]
-                _poison(flatten_outputs(ref_out))
-                del ref_out
-                got_raw = _run_candidate(model_new, cand_in, device)
-            else:
-                got_raw = _run_candidate(model_new, cand_in, device)
-                ref_out = _run_reference(model, ref_in)
-                expected = flatten_outputs(ref_out)
-        finally:
-            pass
+        if order == "reference_first":
+            ref_out = _run_reference(model, ref_in, device)
+            expected = [t.clone() if isinstance(t, torch.Tensor) else t for t in flatten_outputs(ref_out)]
+            _poison(flatten_outputs(ref_out))
+            del ref_out
+            got_raw = _run_candidate(model_new, cand_in, device)
+        else:
+            got_raw = _run_candidate(model_new, cand_in, device)
+            ref_out = _run_reference(model, ref_in, device)
+            expected = flatten_outputs(ref_out)
         got = flatten_outputs(got_raw)
         if len(got) != len(expected):
             raise CandidateFailure("wrong_result", f"ModelNew returned {len(got)} outputs, the reference {len(expected)}")
@@ -284,12 +281,12 @@ def correctness(spec: dict[str, Any], task: Any, model: Any, model_new: Any, dev
     return to_dict(corr)
 
 
-def _run_reference(model: Any, inputs: list[Any]) -> Any:
+def _run_reference(model: Any, inputs: list[Any], device: Any) -> Any:
     import torch
 
     with torch.no_grad():
         out = model(*inputs)
-    if isinstance(inputs, list) and inputs and isinstance(inputs[0], torch.Tensor) and inputs[0].is_cuda:
+    if device.type == "cuda":
         torch.cuda.synchronize()
     return out
 
@@ -544,7 +541,7 @@ def evaluate(spec: dict[str, Any], result: dict[str, Any]) -> None:
                                 if first else ""))
         return
     findings.extend(check_cache_reuse(
-        lambda inp: _run_candidate(model_new, inp, device), lambda inp: _run_reference(model, inp),
+        lambda inp: _run_candidate(model_new, inp, device), lambda inp: _run_reference(model, inp, device),
         lambda seed: make_inputs(task, seed, device, _float_dtype(spec["precision"])),
         atol=corr["atol"], rtol=corr["rtol"], seed=int(spec["seed"]) + 20_000))
     result["timing"] = timing(spec, task, model, model_new, device, findings, default_numerics)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
-import io
 import json
 import os
 import statistics
@@ -333,7 +332,7 @@ def versions() -> dict[str, str]:
     out = {"python": platform.python_version(), "torch": torch.__version__, "cuda": str(torch.version.cuda)}
     with contextlib.suppress(Exception):
         if torch.cuda.is_available():
-            out["driver_cuda"] = ".".join(map(str, torch.cuda.get_device_capability()))
+            out["compute_capability"] = ".".join(map(str, torch.cuda.get_device_capability()))
     return out
 
 
@@ -366,10 +365,6 @@ def main(argv: list[str]) -> int:
     sys.stderr.flush()
     # Skip interpreter teardown: candidate extensions or CUDA state may hang or crash in destructors.
     os._exit(0)
-
-
-def capture_output() -> contextlib.AbstractContextManager[io.StringIO]:
-    return contextlib.redirect_stdout(io.StringIO())
 
 
 def thread_names() -> set[str]:
