@@ -125,3 +125,16 @@ def test_bad_task_is_reported_as_task_error(cpu_options, tmp_path: Path) -> None
     r = asyncio.run(Evaluator(cpu_options).evaluate(load_task(bad), load_candidate(HERE / "hang.py")))
     assert r.outcome == "task_error"
     assert "get_inputs() raised RuntimeError: no data" in r.message
+
+
+def test_compile_baseline_on_request(cpu_options, correct_result) -> None:
+    opts = replace(cpu_options, timing={**cpu_options.timing, "baselines": ["eager", "compile"]})
+    r = evaluate(opts, "correct.py")
+    assert r.accepted, r.message
+    t = r.timing
+    assert t is not None and t.compile_baseline is not None and t.compile_baseline.trials == 5
+    assert t.speedup_vs_compile == pytest.approx(t.compile_baseline.median_ms / t.candidate.median_ms)
+    assert "compile_baseline_error" not in t.settings
+    # the eager baseline is timed with PyTorch's defaults, the reference checked in IEEE fp32
+    assert r.numerics["eager_baseline"]["cudnn_allow_tf32"] is True
+    assert r.numerics["reference"]["cudnn_allow_tf32"] is False
