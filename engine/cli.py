@@ -1,4 +1,4 @@
-"""The `cudaforge` command: eval, profile, doctor (and, as they land, run, resume, export)."""
+"""The `cudaforge` command: eval, profile, doctor, run, resume, export, runs."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from . import __version__
@@ -19,6 +20,7 @@ from .errors import (
     EXIT_OK,
     EXIT_UNAVAILABLE,
     CudaforgeError,
+    UsageError,
 )
 from .results import EvalResult
 from .task import load_task
@@ -65,7 +67,47 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--keep", action="store_true", help=argparse.SUPPRESS)
     doc = sub.add_parser("doctor", help="check GPU, driver, torch, nvcc, ncu, counters and LLM endpoints")
     _common(doc)
+    run = sub.add_parser("run", help="optimize one task (a file) or a batch (a folder or several files)")
+    run.add_argument("targets", nargs="+", metavar="TASK", help="task file(s) or folder(s) of tasks")
+    _common(run)
+    _session_flags(run)
+    run.add_argument("--runs", metavar="DIR", help="where run folders go (default [run] folder: runs)")
+    run.add_argument("--jobs", type=int, default=4, help="batch: sessions in flight at once (default 4)")
+    res = sub.add_parser("resume", help="continue a stopped or crashed run (or batch) from its last completed step")
+    res.add_argument("run_dir", metavar="RUN")
+    _common(res)
+    _session_flags(res)
+    res.add_argument("--jobs", type=int, default=4, help=argparse.SUPPRESS)
+    exp = sub.add_parser("export", help="write a run's best candidate as a module needing only torch, plus a report")
+    exp.add_argument("run_dir", metavar="RUN")
+    exp.add_argument("--out", required=True, help="the .py file to write (the report goes beside it as .md)")
+    exp.add_argument("--format", choices=("standalone", "inline"), default="standalone",
+                     help="standalone: the candidate's format with our NVRTC helper inlined; inline: KernelBench "
+                          "load_inline format")
+    exp.add_argument("--round", type=int, help="export this round instead of the best")
+    exp.add_argument("--report", help="where to write the markdown report")
+    exp.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    runs = sub.add_parser("runs", help="list runs; prune old runs and build caches")
+    runs.add_argument("--runs", metavar="DIR", help="run folder root (default [run] folder)")
+    runs.add_argument("--config", metavar="FILE")
+    runs.add_argument("--json", action="store_true")
+    runs.add_argument("--prune", action="store_true", help="delete old runs (see --keep, --older-than)")
+    runs.add_argument("--keep", type=int, help="with --prune: keep the newest N runs")
+    runs.add_argument("--older-than", type=float, metavar="DAYS", help="with --prune: delete runs older than DAYS")
+    runs.add_argument("--prune-cache", type=float, metavar="DAYS",
+                      help="delete build, NVRTC and result cache entries unused for DAYS")
+    runs.add_argument("--dry-run", action="store_true", help="say what would be deleted")
+    runs.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     return parser
+
+
+def _session_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mode", choices=("review", "auto", "manual"), help="review: ask at each decision point")
+    p.add_argument("--auto", action="store_true", help="short for --mode auto")
+    p.add_argument("--rounds", type=int, help="maximum rounds (default [session] rounds: 10)")
+    p.add_argument("--target-speedup", type=float, help="stop once the best speedup reaches this")
+    p.add_argument("--format", dest="cand_format", choices=("nvrtc", "inline", "cpu"),
+                   help="candidate format the Coder writes")
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -76,6 +118,13 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
             o[key] = getattr(args, name)
     if getattr(args, "baseline", None):
         o["timing.baselines"] = sorted({"eager", *args.baseline})
+    for name, key in (("rounds", "session.rounds"), ("target_speedup", "session.target_speedup"),
+                      ("cand_format", "session.format"), ("runs", "run.folder")):
+        if getattr(args, name, None) is not None:
+            o[key] = getattr(args, name)
+    mode = "auto" if getattr(args, "auto", False) else getattr(args, "mode", None)
+    if mode:
+        o["session.mode"] = mode
     return o
 
 
@@ -175,7 +224,171 @@ async def _cmd_doctor(args: argparse.Namespace) -> int:
     return doctor_exit_code(checks)
 
 
-COMMANDS = {"eval": _cmd_eval, "profile": _cmd_profile, "doctor": _cmd_doctor}
+def _session_exit(best_speedup: float | None, reason: str) -> int:
+    if reason == "cancelled":
+        return EXIT_INTERRUPTED
+    return EXIT_OK if best_speedup is not None else EXIT_NOT_ACCEPTED
+
+
+async def _cmd_run(args: argparse.Namespace) -> int:
+    from .session.batch import find_tasks
+
+    config = load_config(args.config, _overrides(args))
+    tasks = find_tasks(args.targets)
+    if len(tasks) == 1 and not any(Path(t).is_dir() for t in args.targets):
+        return await _run_single(args, config, tasks[0])
+    return await _run_batch(args, config, tasks)
+
+
+def _driver_for(mode: str) -> Any:
+    from .session.console import TerminalDriver
+    from .session.decisions import AutoApprove
+
+    if mode == "auto":
+        return AutoApprove()
+    if not sys.stdin.isatty():
+        raise UsageError(f"{mode} mode asks at each decision point, but stdin is not a terminal: "
+                         "use --auto, or cudaforge-tui")
+    return TerminalDriver()
+
+
+async def _drive(session: Any, args: argparse.Namespace) -> int:
+    from .session.report import format_rounds
+
+    stopped = await session.run()
+    rounds_table = format_rounds(session.store)
+    if args.json:
+        from .session.store import RunStore
+
+        store = RunStore(session.store.path, read_only=True)
+        print(json.dumps({"run_dir": str(store.path), "stop_reason": stopped.reason, "message": stopped.message,
+                          "best_round": stopped.best_round, "best_speedup": stopped.best_speedup,
+                          "rounds": [{"round": r.round, "kind": r.kind, "parent": r.parent, "outcome": r.outcome,
+                                      "speedup": r.speedup, "tokens": r.tokens, "cost_usd": r.cost_usd}
+                                     for r in store.rounds()]}, indent=2))
+        _eprint(rounds_table)
+    else:
+        print(rounds_table)
+    return _session_exit(stopped.best_speedup, stopped.reason)
+
+
+async def _run_single(args: argparse.Namespace, config: Any, task_path: Path) -> int:
+    from .session.console import ProgressDisplay
+    from .session.factory import create_session
+
+    mode = config.get("session", "mode")
+    session = create_session(task_path, config, driver=_driver_for(mode) if mode != "auto" else None,
+                             on_event=ProgressDisplay(), mode=mode)
+    return await _drive(session, args)
+
+
+async def _run_batch(args: argparse.Namespace, config: Any, tasks: list[Path]) -> int:
+    from .session.batch import Batch, estimate_cost
+
+    if config.get("session", "mode") != "auto":
+        _eprint("cudaforge: a batch runs in auto mode (no questions asked)")
+    if not (config.section("coder") and config.section("coder").get("provider") not in (None, "heuristic")):
+        raise UsageError("a batch needs a Coder LLM: set [coder] provider and model in cudaforge.toml")
+    _, text = estimate_cost(config, len(tasks))
+    _eprint(f"{len(tasks)} tasks; {text}")
+    batch = Batch.create(config.get("run", "folder"), tasks, config)
+    _eprint(f"batch folder: {batch.path} (resume: cudaforge resume {batch.path})")
+    return await _finish_batch(args, batch, {})
+
+
+async def _finish_batch(args: argparse.Namespace, batch: Any, overrides: dict[str, Any]) -> int:
+    from .session.batch import format_summary, run_batch
+    from .session.console import ProgressDisplay
+
+    displays: dict[str, ProgressDisplay] = {}
+
+    def on_event(task: str, event: Any) -> None:
+        if task not in displays:
+            displays[task] = ProgressDisplay(prefix=f"[{Path(task).parent.name if Path(task).name == 'task.py' else Path(task).stem}] ",
+                                             live=False)
+        displays[task](event)
+
+    summary = await run_batch(batch, overrides=overrides, on_event=on_event, jobs=args.jobs)
+    if args.json:
+        print(json.dumps(summary.to_dict() | {"batch_dir": str(batch.path)}, indent=2))
+        _eprint(format_summary(summary))
+    else:
+        print(format_summary(summary))
+        print(f"batch folder: {batch.path}")
+    return EXIT_OK if summary.correct == summary.tasks else EXIT_NOT_ACCEPTED
+
+
+async def _cmd_resume(args: argparse.Namespace) -> int:
+    from .session.batch import Batch
+    from .session.console import ProgressDisplay
+    from .session.factory import resume_session
+    from .session.store import RunStore
+
+    # Flags given now override the run's stored config; everything else stays as the run started.
+    overrides = {k: v for k, v in _overrides(args).items() if v is not None}
+    if Batch.is_batch(args.run_dir):
+        return await _finish_batch(args, Batch.open(args.run_dir), overrides)
+    mode = overrides.get("session.mode")
+    if mode is None and Path(args.run_dir, "state.json").is_file():
+        mode = RunStore(Path(args.run_dir), read_only=True).state.get("mode")
+    session = resume_session(args.run_dir, overrides=overrides,
+                             driver=_driver_for(mode or "review") if mode != "auto" else None,
+                             on_event=ProgressDisplay(), mode=mode)
+    return await _drive(session, args)
+
+
+async def _cmd_export(args: argparse.Namespace) -> int:
+    from .session.report import export_best
+
+    out, report = await asyncio.to_thread(export_best, args.run_dir, args.out, format=args.format,
+                                          report=args.report, round=args.round)
+    _eprint(f"wrote {out} and {report}")
+    return EXIT_OK
+
+
+async def _cmd_runs(args: argparse.Namespace) -> int:
+    from .evaluator import default_cache_dir
+    from .session.store import list_runs, prune_cache, prune_runs
+
+    config = load_config(args.config, {"run.folder": args.runs})
+    root = Path(config.get("run", "folder"))
+    removed: list[str] = []
+    if args.prune:
+        if args.keep is None and args.older_than is None:
+            raise UsageError("--prune needs --keep N or --older-than DAYS")
+        removed = [str(p) for p in prune_runs(root, keep=args.keep, older_than_days=args.older_than,
+                                              dry_run=args.dry_run)]
+    cache_freed = None
+    if args.prune_cache is not None:
+        cache = config.get("run", "cache_dir")
+        cache_dir = Path(cache).expanduser() if cache else default_cache_dir()
+        cache_freed = prune_cache(cache_dir, older_than_days=args.prune_cache, dry_run=args.dry_run)
+    runs = list_runs(root)
+    if args.json:
+        print(json.dumps({"runs": [{"run_id": r.run_id, "path": str(r.path), "task": r.task_name, "status": r.status,
+                                    "rounds": r.rounds, "best_speedup": r.best_speedup, "cost_usd": r.cost_usd,
+                                    "created": r.created, "stop_reason": r.stop_reason, "bytes": r.size_bytes}
+                                   for r in runs], "removed": removed,
+                          "cache_pruned": list(cache_freed) if cache_freed else None}, indent=2))
+        return EXIT_OK
+    verb = "would remove" if args.dry_run else "removed"
+    for p in removed:
+        print(f"{verb} {p}")
+    if cache_freed is not None:
+        print(f"cache: {verb} {cache_freed[0]} entries, {cache_freed[1] / 2**20:.1f} MiB")
+    if not runs:
+        print(f"no runs in {root}")
+        return EXIT_OK
+    print(f"{'run':<44} {'task':<20} {'status':<12} {'rounds':>6} {'best':>7} {'cost':>8} {'size':>8}")
+    for r in runs:
+        best = f"{r.best_speedup:.2f}x" if r.best_speedup is not None else "-"
+        print(f"{r.run_id:<44.44} {r.task_name:<20.20} {r.status:<12} {r.rounds:>6} {best:>7} ${r.cost_usd:>7.3f} "
+              f"{r.size_bytes / 2**20:>6.1f}MB")
+    return EXIT_OK
+
+
+COMMANDS = {"eval": _cmd_eval, "profile": _cmd_profile, "doctor": _cmd_doctor, "run": _cmd_run,
+            "resume": _cmd_resume, "export": _cmd_export, "runs": _cmd_runs}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -67,7 +67,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "format": Key("nvrtc", str, ("nvrtc", "inline", "cpu")),
         "target_speedup": Key(None, (int, float), optional=True),
         "plateau_rounds": Key(None, int, minimum=1, optional=True),
-        "revert_after_failures": Key(3, int, minimum=1),
+        "revert_after_failures": Key(3, int, minimum=1, doc="failed rounds in a row before going back to the best"),
+        "revert_on_regression": Key(True, bool, doc="build on the best round after a slower one"),
+        "regression_tolerance": Key(0.03, (int, float), minimum=0, doc="slower than best by more than this"),
     },
     "budget": {
         "dollars": Key(5.0, (int, float), minimum=0),
@@ -237,14 +239,35 @@ def load_config(config_file: str | Path | None = None, overrides: Mapping[str, A
         path = Path(config_file)
         merge_layer(data, sources, read_toml(path), str(path))
         files.append(path)
+    _apply_overrides(data, sources, overrides)
+    _validate_delegated(data, sources)
+    write_path = Path(config_file) if config_file is not None else cwd / CONFIG_NAME
+    return Config(data=data, sources=sources, files=tuple(files), write_path=write_path)
+
+
+def _apply_overrides(data: dict[str, dict[str, Any]], sources: dict[str, str],
+                     overrides: Mapping[str, Any] | None) -> None:
     for dotted, value in (overrides or {}).items():
         if value is None:
             continue
         section, _, key = dotted.partition(".")
         merge_layer(data, sources, {section: {key: value}}, "command line")
+
+
+def config_from_data(stored: Mapping[str, Any], overrides: Mapping[str, Any] | None = None, *,
+                     source: str = "run manifest") -> Config:
+    """A Config rebuilt from a stored `config_to_data` dump (a run's manifest), validated like a file."""
+    data = defaults()
+    sources: dict[str, str] = {}
+    merge_layer(data, sources, {k: dict(v) for k, v in stored.items() if isinstance(v, Mapping)}, source)
+    _apply_overrides(data, sources, overrides)
     _validate_delegated(data, sources)
-    write_path = Path(config_file) if config_file is not None else cwd / CONFIG_NAME
-    return Config(data=data, sources=sources, files=tuple(files), write_path=write_path)
+    return Config(data=data, sources=sources)
+
+
+def config_to_data(config: Config) -> dict[str, dict[str, Any]]:
+    """Plain, JSON-ready sections; values left at None are dropped (TOML has no null)."""
+    return {name: {k: _copy(v) for k, v in values.items() if v is not None} for name, values in config.data.items()}
 
 
 def save_value(path: Path, section: str, key: str, value: Any) -> None:

@@ -1,0 +1,173 @@
+"""What a Session tells whoever drives it: typed, frozen events in the order things happen.
+
+The TUI turns each event into a message; the headless runner prints them; tests assert on them.
+Events carry values (results, replies, text), never live objects, so they may cross threads.
+A resumed session first re-emits the events of the steps it loaded from its run folder, each with
+`replayed=True`, so a fresh UI can rebuild every pane before new work starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from cudaforge.engine.results import EvalResult
+
+RoundKind = Literal["seed", "repair", "optimize", "manual"]
+Phase = Literal["thinking", "compiling", "verifying", "timing", "profiling", "judging", "waiting", "idle"]
+DecisionPoint = Literal["candidate", "recommendation"]
+DecisionAction = Literal["approve", "edit", "regenerate", "stop", "branch"]
+StopReason = Literal[
+    "max_rounds", "target_speedup", "plateau", "budget_dollars", "budget_tokens", "budget_wall",
+    "stopped_by_user", "no_candidate", "error", "cancelled",
+]
+
+
+@dataclass(frozen=True)
+class SessionStarted:
+    run_id: str
+    run_dir: str
+    task_path: str
+    mode: str
+    rounds: int
+    resumed: bool = False
+    notice: str = ""  # who receives the code (provider notice), or how to configure one
+
+
+@dataclass(frozen=True)
+class RoundStarted:
+    round: int
+    kind: RoundKind
+    parent: int | None  # the round whose candidate this one builds on (None for a seed)
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class PhaseChanged:
+    round: int
+    phase: Phase
+    started_at: float  # time.time()
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class CandidateProposed:
+    round: int
+    source: str
+    format: str
+    origin: Literal["coder", "person", "edited"]
+    explanation: str = ""
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class CoderFailed:
+    """The Coder gave no usable module (after its own retry); the error is shown, the round waits."""
+
+    round: int
+    message: str
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class CandidateEvaluated:
+    round: int
+    result: EvalResult
+    cached: bool = False
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class ProfileReady:
+    round: int
+    profile: dict[str, Any]  # ProfileResult.to_dict()
+    analysis: dict[str, Any] | None  # Analysis.to_dict(), None without a GPU profile
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class JudgeRecommended:
+    round: int
+    subject_round: int  # the round whose candidate the recommendation is about
+    mode: Literal["correct", "optimize"]
+    text: str  # what the Coder will read
+    source: Literal["llm", "heuristic", "fallback", "person"]
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class DecisionNeeded:
+    """The session waits: the driver answers with a Decision."""
+
+    round: int
+    point: DecisionPoint
+    text: str  # the candidate source or the recommendation text
+    options: tuple[DecisionAction, ...]
+
+
+@dataclass(frozen=True)
+class DecisionMade:
+    round: int
+    point: DecisionPoint
+    action: DecisionAction
+    by: Literal["person", "auto"]
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class RoundFinished:
+    round: int
+    kind: RoundKind
+    outcome: str  # EvalResult.outcome, or "no_candidate"
+    speedup: float | None
+    best_round: int | None
+    best_speedup: float | None
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class Reverted:
+    """The next round builds on the best candidate instead of the last one."""
+
+    round: int  # the round after which the session reverted
+    to_round: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class UsageUpdated:
+    tokens: int
+    dollars: float
+    cost_known: bool
+    calls: int
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something the person should read; errors are values, never tracebacks."""
+
+    level: Literal["info", "warning", "error"]
+    text: str
+
+
+@dataclass(frozen=True)
+class ModeChanged:
+    mode: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class SessionStopped:
+    reason: StopReason
+    message: str
+    best_round: int | None
+    best_speedup: float | None
+    rounds_done: int
+    resumable: bool = True
+
+
+Event = (
+    SessionStarted | RoundStarted | PhaseChanged | CandidateProposed | CoderFailed | CandidateEvaluated
+    | ProfileReady | JudgeRecommended | DecisionNeeded | DecisionMade | RoundFinished | Reverted
+    | UsageUpdated | Notice | ModeChanged | SessionStopped
+)

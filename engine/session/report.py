@@ -1,0 +1,123 @@
+"""A run as text: the round table for the terminal, the markdown report and the exported best kernel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cudaforge.engine.errors import UsageError
+from cudaforge.engine.fsutil import atomic_write_text
+from cudaforge.engine.session.store import RoundRecord, RunStore
+
+BAR_WIDTH = 30
+
+
+def best_round(rounds: list[RoundRecord]) -> RoundRecord | None:
+    """The accepted round with the highest speedup (earliest on a tie)."""
+    accepted = [r for r in rounds if r.speedup is not None]
+    return max(accepted, key=lambda r: (r.speedup, -r.round)) if accepted else None
+
+
+def round_rows(rounds: list[RoundRecord]) -> list[tuple[str, ...]]:
+    best = best_round(rounds)
+    rows = []
+    for r in rounds:
+        sp = f"{r.speedup:.2f}x" if r.speedup is not None else "-"
+        rows.append((str(r.round), r.kind, "-" if r.parent is None else str(r.parent), r.outcome, sp,
+                     f"{r.tokens}", f"${r.cost_usd:.3f}", "best" if best is not None and r.round == best.round else ""))
+    return rows
+
+
+def format_rounds(store: RunStore) -> str:
+    """The round table printed at the end of `cudaforge run`."""
+    rounds = store.rounds()
+    head = ("round", "kind", "parent", "outcome", "speedup", "tokens", "cost", "")
+    rows = [head, *round_rows(rounds)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    best = best_round(rounds)
+    lines.append("")
+    if best is not None:
+        lines.append(f"best: round {best.round}, {best.speedup:.2f}x vs eager -> {store.round_dir(best.round)}/candidate.py")
+    else:
+        lines.append("no correct candidate yet")
+    lines.append(f"run folder: {store.path}  (resume: cudaforge resume {store.path})")
+    return "\n".join(lines)
+
+
+def markdown_report(store: RunStore) -> str:
+    """The markdown report that `export` writes beside the kernel."""
+    manifest = store.manifest
+    rounds = store.rounds()
+    best = best_round(rounds)
+    state = store.state
+    calls = store.calls()
+    tokens = sum(c.usage.total_tokens for c in calls)
+    dollars = sum(c.cost_usd or 0.0 for c in calls)
+    unpriced = sum(1 for c in calls if c.cost_usd is None and c.usage.total_tokens)
+    gpu = manifest.get("gpu") or {}
+    versions = manifest.get("versions") or {}
+    out = [f"# cudaforge run {manifest.get('run_id')}", "",
+           f"- task: `{manifest.get('task_path')}` (sha256 {str(manifest.get('task_sha256'))[:12]})",
+           f"- device: {gpu.get('device', '?')} {gpu.get('name') or ''}".rstrip(),
+           f"- versions: cudaforge {versions.get('cudaforge')}, torch {versions.get('torch')}, "
+           f"python {versions.get('python')}",
+           f"- status: {state.get('status')} ({state.get('stop_reason') or '-'}): {state.get('stop_message') or ''}",
+           f"- LLM usage: {len(calls)} calls, {tokens} tokens, ${dollars:.3f}"
+           + (f" ({unpriced} calls unpriced: a lower bound)" if unpriced else ""),
+           ""]
+    if best is not None and best.result is not None and best.result.timing is not None:
+        t = best.result.timing
+        out.append(f"**Best: round {best.round}, {best.speedup:.2f}x vs eager PyTorch** "
+                   f"(candidate median {t.candidate.median_ms * 1000:.1f} us, reference "
+                   f"{t.reference.median_ms * 1000:.1f} us; both CUDA-event timed, interleaved in one run).")
+    elif best is not None:
+        out.append(f"**Best: round {best.round}, {best.speedup:.2f}x vs eager PyTorch.**")
+    else:
+        out.append("**No correct candidate.**")
+    out += ["", "## Rounds", "", "| round | kind | parent | outcome | speedup | tokens | cost | |",
+            "|---|---|---|---|---|---|---|---|"]
+    out += ["| " + " | ".join(row) + " |" for row in round_rows(rounds)]
+    out += ["", "## Speedup per round", "", "```"]
+    top = max((r.speedup or 0.0 for r in rounds), default=0.0) or 1.0
+    for r in rounds:
+        if r.speedup is None:
+            out.append(f"{r.round:>3} | {r.outcome}")
+        else:
+            out.append(f"{r.round:>3} | {'#' * max(1, round(BAR_WIDTH * r.speedup / top))} {r.speedup:.2f}x")
+    out += ["```", "", "## Recommendations", ""]
+    for r in rounds:
+        if r.recommendation:
+            who = {"person": "edited by the person", "heuristic": "heuristic Judge", "llm": "LLM Judge",
+                   "fallback": "fallback"}.get(r.judge_source or "", r.judge_source or "")
+            first = r.recommendation.strip().splitlines()[0] if r.recommendation.strip() else ""
+            out.append(f"- round {r.round} (about round {r.subject_round}, {who}): {first}")
+    return "\n".join(out) + "\n"
+
+
+def export_best(run_dir: str | Path, out: str | Path, *, format: str = "standalone",
+                report: str | Path | None = None, round: int | None = None) -> tuple[Path, Path]:
+    """Write the best (or a chosen) round's candidate as a module that needs only torch, plus the report.
+
+    format: "standalone" keeps the candidate's own format (nvrtc gets our NVRTC helper inlined);
+    "inline" converts an nvrtc candidate to the KernelBench load_inline format.
+    """
+    store = RunStore.open(run_dir, read_only=True)
+    rounds = store.rounds()
+    chosen = next((r for r in rounds if r.round == round), None) if round is not None else best_round(rounds)
+    if chosen is None or chosen.candidate is None:
+        what = f"round {round}" if round is not None else "a correct round"
+        raise UsageError(f"{store.path}: has no {what} with a candidate to export")
+    source = chosen.candidate
+    if chosen.format == "nvrtc" or "cudaforge.engine.nvrtc" in source:
+        from cudaforge.engine import convert
+
+        source = convert.to_inline(source) if format == "inline" else convert.to_standalone(source)
+    elif format == "inline" and chosen.format not in ("inline", "cpu"):
+        raise UsageError(f"round {chosen.round} is a {chosen.format} candidate; only nvrtc converts to inline")
+    out = Path(out)
+    header = (f'"""Exported by cudaforge from run {store.run_id}, round {chosen.round}'
+              + (f" ({chosen.speedup:.2f}x vs eager when measured)" if chosen.speedup else "") + '."""\n')
+    atomic_write_text(out, header + source)
+    report_path = Path(report) if report is not None else out.with_suffix(".md")
+    atomic_write_text(report_path, markdown_report(store))
+    return out, report_path

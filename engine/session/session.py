@@ -1,0 +1,640 @@
+"""The optimization loop: rounds of Judge → Coder → evaluate → profile, with decision points.
+
+Round n (n > 1) starts with the Judge's recommendation about its parent round (the head: the
+last round, or the best one after a revert, or any round the person branched from); the person
+approves, edits, regenerates, branches or stops. Then the Coder writes a candidate from the
+parent's candidate, result and that recommendation; the person decides again. The candidate is
+evaluated in a worker process and, when correct on CUDA, profiled with Nsight Compute.
+
+Every completed step is written to the RunStore before the next begins, and every step first
+looks for its stored result. Re-running the loop over a run folder therefore continues where it
+stopped: a finished LLM call or evaluation is loaded, never repeated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from cudaforge.engine.agents import Coder, Judge, RoundNote
+from cudaforge.engine.agents.prompts import format_recommendation
+from cudaforge.engine.candidate import Candidate, check_candidate_source
+from cudaforge.engine.errors import CandidateError
+from cudaforge.engine.fsutil import atomic_write_text
+from cudaforge.engine.llm.types import CallRecord, UsageLedger
+from cudaforge.engine.results import EvalResult
+from cudaforge.engine.session.decisions import APPROVE, Decision, Driver
+from cudaforge.engine.session.events import (
+    CandidateEvaluated,
+    CandidateProposed,
+    CoderFailed,
+    DecisionMade,
+    DecisionNeeded,
+    DecisionPoint,
+    Event,
+    JudgeRecommended,
+    ModeChanged,
+    Notice,
+    PhaseChanged,
+    ProfileReady,
+    Reverted,
+    RoundFinished,
+    RoundStarted,
+    SessionStarted,
+    SessionStopped,
+    StopReason,
+    UsageUpdated,
+)
+from cudaforge.engine.session.store import RunStore
+from cudaforge.engine.task import Task
+
+EventHook = Callable[[Event], None]
+
+
+@dataclass(frozen=True)
+class SessionPolicy:
+    """When to stop and when to go back to the best round (`[session]` and `[budget]`)."""
+
+    rounds: int = 10
+    target_speedup: float | None = None
+    plateau_rounds: int | None = None
+    revert_after_failures: int = 3
+    revert_on_regression: bool = True
+    regression_tolerance: float = 0.03  # slower than best by more than this fraction is a regression
+    dollars: float | None = 5.0
+    tokens: int | None = None
+    wall_minutes: float | None = None
+
+    @classmethod
+    def from_config(cls, config: Any) -> SessionPolicy:
+        s, b = config.section("session"), config.section("budget")
+        return cls(
+            rounds=int(s["rounds"]), target_speedup=s.get("target_speedup"), plateau_rounds=s.get("plateau_rounds"),
+            revert_after_failures=int(s["revert_after_failures"]),
+            revert_on_regression=bool(s.get("revert_on_regression", True)),
+            regression_tolerance=float(s.get("regression_tolerance", 0.03)),
+            dollars=b.get("dollars"), tokens=b.get("tokens"), wall_minutes=b.get("wall_minutes"),
+        )
+
+
+@dataclass
+class _Progress:
+    """The loop's bookkeeping, rebuilt from round.json summaries on resume."""
+
+    head: int | None = None
+    best: int | None = None
+    best_speedup: float | None = None
+    failures: int = 0  # failed rounds in a row
+    since_best: int = 0  # rounds since the best speedup last improved
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class _Stop(Exception):
+    def __init__(self, reason: StopReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class Session:
+    """One optimization session over one task. Drive it with `await session.run()`."""
+
+    def __init__(
+        self,
+        task: Task,
+        *,
+        store: RunStore,
+        evaluator: Any,
+        profiler: Any = None,
+        coder: Coder | None = None,
+        judge: Judge | None = None,
+        gpu_profile: Any = None,
+        policy: SessionPolicy | None = None,
+        mode: str = "review",
+        format: str = "nvrtc",
+        driver: Driver | None = None,
+        on_event: EventHook | None = None,
+        ledger: UsageLedger | None = None,
+        notice: str = "",
+    ) -> None:
+        if mode not in ("review", "auto", "manual"):
+            raise ValueError(f"unknown mode {mode!r}")
+        if mode == "manual" and driver is None:
+            raise ValueError("manual mode needs a driver: the person supplies every candidate")
+        self.task = task
+        self.store = store
+        self.evaluator = evaluator
+        self.profiler = profiler
+        self.coder = coder
+        self.judge = judge
+        self.gpu_profile = gpu_profile
+        self.policy = policy or SessionPolicy()
+        self.mode = mode
+        self.format = format
+        self.driver = driver
+        self.on_event = on_event
+        self.ledger = ledger or UsageLedger(self.policy.dollars)
+        self.notice = notice
+        self.progress = _Progress()
+        self._pause = False
+        self._stop_requested = False
+        self._branch_to: int | None = None
+        self._started = time.monotonic()
+        self._prior_active_s = float(store.state.get("active_s", 0.0))
+        if not self.ledger.records:
+            self.ledger.extend(store.calls())  # a resumed session's spend counts against its caps
+        for agent in (coder, judge):
+            if agent is not None:
+                agent.ledger = self.ledger
+                agent.on_record = self._record_call
+
+    # ---- controls (call from the driver's side, any time) ------------------------------------
+    def request_pause(self) -> None:
+        """Auto mode: become review mode at the next decision point."""
+        self._pause = True
+
+    def request_stop(self) -> None:
+        """Stop after the step in flight (the run stays resumable)."""
+        self._stop_requested = True
+
+    def request_branch(self, round: int) -> None:
+        """The next round builds on `round` instead of the head."""
+        if self.store.get(round, "round") is None:
+            raise ValueError(f"no round {round} in this run")
+        self._branch_to = round
+
+    @property
+    def active_seconds(self) -> float:
+        return self._prior_active_s + (time.monotonic() - self._started)
+
+    # ---- the loop -------------------------------------------------------------------------------
+    async def run(self) -> SessionStopped:
+        resumed = bool(self.store.round_numbers())
+        self.store.save_state(status="running", mode=self.mode)
+        self._emit(SessionStarted(self.store.run_id, str(self.store.path), str(self.task.path), self.mode,
+                                  self.policy.rounds, resumed, self.notice))
+        self._emit_usage()
+        try:
+            stopped = await self._loop()
+        except asyncio.CancelledError:
+            stopped = self._finish("cancelled", "cancelled; the run folder is resumable")
+            raise
+        except Exception as exc:  # an engine bug must not lose the run: say so and keep the folder
+            atomic_write_text(self.store.path / "error.log", traceback.format_exc())
+            stopped = self._finish("error", f"internal error: {exc!r} (details in error.log); resumable")
+        finally:
+            self.store.close()
+        return stopped
+
+    async def _loop(self) -> SessionStopped:
+        n = 1
+        while True:
+            meta = self.store.get(n, "round")
+            if meta is not None and meta.get("finished"):
+                self._replay_round(n, meta)
+                n += 1
+                continue
+            try:
+                self._check_policies(n)
+                await self._round(n)
+            except _Stop as stop:
+                return self._finish(stop.reason, stop.message)
+            n += 1
+
+    def _check_policies(self, n: int) -> None:
+        p, prog = self.policy, self.progress
+        if self._stop_requested:
+            raise _Stop("stopped_by_user", "stopped on request")
+        if n > p.rounds:
+            raise _Stop("max_rounds", f"reached the round limit ({p.rounds})")
+        if p.target_speedup is not None and prog.best_speedup is not None and prog.best_speedup >= p.target_speedup:
+            raise _Stop("target_speedup", f"reached the target speedup {p.target_speedup:g}x "
+                                          f"({prog.best_speedup:.2f}x in round {prog.best})")
+        if p.plateau_rounds is not None and n > 1 and prog.since_best >= p.plateau_rounds:
+            raise _Stop("plateau", f"no improvement for {prog.since_best} rounds")
+        self._check_budget()
+
+    def _check_budget(self) -> None:
+        p = self.policy
+        total = self.ledger.total()
+        if p.dollars is not None and total.cost_usd >= p.dollars:
+            raise _Stop("budget_dollars", f"dollar cap reached (${total.cost_usd:.2f} of ${p.dollars:.2f})")
+        if p.tokens is not None and total.usage.total_tokens >= p.tokens:
+            raise _Stop("budget_tokens", f"token cap reached ({total.usage.total_tokens} of {p.tokens})")
+        if p.wall_minutes is not None and self.active_seconds >= p.wall_minutes * 60:
+            raise _Stop("budget_wall", f"wall-time cap reached ({self.active_seconds / 60:.1f} of "
+                                       f"{p.wall_minutes:g} min)")
+
+    async def _round(self, n: int) -> None:
+        meta = self.store.get(n, "round")
+        if meta is None:
+            parent = self._branch_to if self._branch_to is not None else self.progress.head
+            self._branch_to = None
+            self.store.start_round(n, self._kind_for(parent), parent)
+            meta = self.store.get(n, "round")
+        parent = meta.get("parent")
+        self._emit(RoundStarted(n, meta["kind"], parent))
+        recommendation = None
+        if parent is not None:
+            parent, recommendation = await self._judge_stage(n, parent)
+        candidate = await self._candidate_stage(n, parent, recommendation)
+        result: EvalResult | None = None
+        if candidate is not None:
+            result = await self._evaluate(n, candidate)
+            if result.accepted:
+                await self._profile(n, candidate)
+        self._after_round(n, parent, result)
+        kind = (self.store.get(n, "round") or {}).get("kind", meta["kind"])
+        self.store.finish_round(n, {"outcome": result.outcome if result else "no_candidate",
+                                    "speedup": result.speedup if result and result.accepted else None,
+                                    "progress": self.progress.to_dict()})
+        self.store.save_state(best_round=self.progress.best, best_speedup=self.progress.best_speedup,
+                              rounds_done=n, active_s=self.active_seconds)
+        self._emit(RoundFinished(n, kind, result.outcome if result else "no_candidate",
+                                 result.speedup if result and result.accepted else None,
+                                 self.progress.best, self.progress.best_speedup))
+
+    def _kind_for(self, parent: int | None) -> str:
+        if self.mode == "manual" or self.coder is None:
+            return "manual"
+        if parent is None:
+            return "seed"
+        ev = self.store.get(parent, "eval")
+        accepted = bool(ev and ev.get("accepted"))
+        return "optimize" if accepted else "repair"
+
+    # ---- judge stage --------------------------------------------------------------------------
+    async def _judge_stage(self, n: int, parent: int) -> tuple[int, str]:
+        k = 1
+        while True:
+            draft = self.store.get(n, f"judge-{k}")
+            if draft is None or draft.get("subject_round") != parent:
+                if draft is not None:  # a branch changed the subject: later drafts are numbered on
+                    k += 1
+                    continue
+                draft = await self._judge_draft(n, parent)
+                self.store.put(n, f"judge-{k}", draft)
+                replayed = False
+            else:
+                replayed = True
+            self._emit(JudgeRecommended(n, parent, draft["mode"], draft["text"], draft["source"], replayed))
+            decision = await self._decide(n, "recommendation", k, draft["text"],
+                                          ("approve", "edit", "regenerate", "branch", "stop"))
+            if decision.action == "regenerate":
+                k += 1
+                continue
+            if decision.action == "branch" and decision.round is not None and decision.round != parent:
+                if self.store.get(decision.round, "round") is None or decision.round >= n:
+                    self._emit(Notice("error", f"cannot branch from round {decision.round}: no such earlier round"))
+                    continue
+                parent = decision.round
+                meta = self.store.get(n, "round") or {}
+                meta.update(parent=parent, kind=self._kind_for(parent))
+                self.store.put(n, "round", meta)
+                self._emit(RoundStarted(n, meta["kind"], parent))
+                k += 1
+                continue
+            if decision.action == "edit" and decision.text is not None:
+                text, source = decision.text, "person"
+            else:
+                text, source = draft["text"], draft["source"]
+            self.store.put(n, "recommendation", {"text": text, "source": source, "mode": draft["mode"],
+                                                 "subject_round": parent, "draft": k})
+            return parent, text
+
+    async def _judge_draft(self, n: int, subject: int) -> dict[str, Any]:
+        record = self.store.load_round(subject)
+        result = record.result
+        mode = "optimize" if result is not None and result.accepted else "correct"
+        if self.judge is not None:
+            self._phase(n, "judging", f"Judge ({self.judge.client.model}) on round {subject}")
+            self._check_budget()
+            if mode == "optimize":
+                kernels = _profile_kernels(record.profile)
+                analysis = self._analysis(record)
+                findings = [f.to_dict() for f in analysis.findings] if analysis is not None else None
+                reply = await self.judge.optimize(self.task.source, candidate_source=record.candidate or "",
+                                                  result=result, metrics=kernels, findings=findings, round=n)
+            else:
+                reply = await self.judge.correct(self.task.source, candidate_source=record.candidate or "",
+                                                 result=result, round=n)
+            if reply.error is not None and reply.error.kind == "budget":
+                raise _Stop("budget_dollars", reply.error.message)
+            return {"subject_round": subject, "mode": mode, "text": reply.as_text(),
+                    "source": "fallback" if reply.fallback else "llm", "reply": reply.to_dict()}
+        from cudaforge.engine.analyzer import Analysis, heuristic_recommendation
+
+        analysis = self._analysis(record) or Analysis(
+            gpu=getattr(self.gpu_profile, "name", "") or "cpu", profile_ok=False,
+            profile_message="no hardware profile for this round (CPU device, profiling off or failed)")
+        rec = heuristic_recommendation(analysis, result)
+        mode = rec.pop("mode", mode)
+        return {"subject_round": subject, "mode": mode, "text": _heuristic_text(rec), "source": "heuristic",
+                "reply": rec}
+
+    def _analysis(self, record: Any) -> Any:
+        """The analyzer's view of a stored profile (recomputed: it is cheap and deterministic)."""
+        if not record.profile or self.gpu_profile is None:
+            return None
+        from cudaforge.engine.analyzer import analyze
+        from cudaforge.engine.profiling import ProfileResult
+
+        try:
+            profile = ProfileResult.from_dict(record.profile)
+        except (TypeError, ValueError, KeyError):
+            return None
+        return analyze(profile, self.gpu_profile) if profile.ok else None
+
+    # ---- candidate stage ----------------------------------------------------------------------
+    async def _candidate_stage(self, n: int, parent: int | None, recommendation: str | None) -> Candidate | None:
+        stored = self.store.candidate(n)
+        if stored is not None:
+            meta = self.store.get(n, "candidate") or {}
+            cand = Candidate.from_source(stored)
+            self._emit(CandidateProposed(n, stored, cand.format, meta.get("origin", "coder"),
+                                         meta.get("explanation", ""), replayed=True))
+            return cand
+        parent_record = self.store.load_round(parent) if parent is not None else None
+        k = 1
+        while True:
+            source: str | None
+            explanation = ""
+            if self.mode == "manual" or self.coder is None:
+                source = None
+                draft_text = parent_record.candidate if parent_record and parent_record.candidate else ""
+                options: tuple[Any, ...] = ("edit", "branch", "stop")
+            else:
+                draft = self.store.get(n, f"coder-{k}")
+                replayed = draft is not None
+                if draft is None:
+                    draft = await self._coder_draft(n, parent_record, recommendation)
+                    self.store.put(n, f"coder-{k}", draft)
+                source, explanation = draft.get("source"), draft.get("explanation", "")
+                if source is None:
+                    err = (draft.get("error") or {}).get("message", "no usable module")
+                    self._emit(CoderFailed(n, err, replayed))
+                    if (draft.get("error") or {}).get("kind") == "budget":
+                        raise _Stop("budget_dollars", err)
+                    if self._effective_mode() == "auto":
+                        return None  # a failed round; the loop goes on (and may revert)
+                    draft_text = ""
+                    options = ("regenerate", "edit", "stop")
+                else:
+                    fmt = Candidate.from_source(source).format
+                    self._emit(CandidateProposed(n, source, fmt, "coder", explanation, replayed))
+                    draft_text = source
+                    options = ("approve", "edit", "regenerate", "stop")
+            decision = await self._decide(n, "candidate", k, draft_text, options)
+            if decision.action == "regenerate" and self.coder is not None:
+                k += 1
+                continue
+            if decision.action == "branch":
+                self._emit(Notice("warning", "branch from the recommendation step or between rounds"))
+                continue
+            if decision.action == "edit" and decision.text is not None:
+                try:
+                    check_candidate_source(decision.text, f"round {n} candidate")
+                except CandidateError as exc:
+                    self._emit(Notice("error", exc.message))
+                    continue
+                origin = "person" if source is None else "edited"
+                final = decision.text
+            elif source is not None:
+                origin, final = "coder", source
+            else:
+                self._emit(Notice("error", "there is no candidate to approve: edit one in, or stop"))
+                continue
+            cand = Candidate.from_source(final)
+            self.store.put_candidate(n, final, format=cand.format, origin=origin, explanation=explanation)
+            if origin != "coder":
+                self._emit(CandidateProposed(n, final, cand.format, origin, explanation))  # type: ignore[arg-type]
+            return cand
+
+    async def _coder_draft(self, n: int, parent: Any, recommendation: str | None) -> dict[str, Any]:
+        assert self.coder is not None
+        self._check_budget()
+        self._phase(n, "thinking", f"Coder ({self.coder.client.model})")
+        prewarm = getattr(self.evaluator, "prewarm", None)
+        if callable(prewarm):
+            prewarm()  # start a spare worker while the LLM thinks
+        history = self._history(n)
+        if parent is None or parent.candidate is None:
+            reply = await self.coder.seed(self.task.source, round=n)
+        elif parent.result is not None and parent.result.accepted:
+            reply = await self.coder.optimize(self.task.source, candidate_source=parent.candidate,
+                                              result=parent.result, recommendation=recommendation,
+                                              history=history, round=n)
+        else:
+            reply = await self.coder.repair(self.task.source, candidate_source=parent.candidate,
+                                            result=parent.result, recommendation=recommendation,
+                                            history=history, round=n)
+        return reply.to_dict()
+
+    def _history(self, n: int) -> list[RoundNote]:
+        notes = []
+        for rec in self.store.rounds():
+            if rec.round >= n or not rec.finished:
+                continue
+            action = rec.kind if rec.recommendation is None else (rec.recommendation.splitlines() or [rec.kind])[0]
+            notes.append(RoundNote.from_result(rec.round, action[:80], rec.result,
+                                               best=rec.round == self.progress.best))
+        return notes
+
+    # ---- evaluation and profiling ---------------------------------------------------------------
+    async def _evaluate(self, n: int, candidate: Candidate) -> EvalResult:
+        stored = self.store.get(n, "eval")
+        if stored is not None:
+            result = EvalResult.from_dict(stored)
+            self._emit(CandidateEvaluated(n, result, replayed=True))
+            return result
+        self._phase(n, "compiling", f"{candidate.format} candidate")
+        result = await self.evaluator.evaluate(self.task, candidate, **self._phase_kwargs(n))
+        self.store.put(n, "eval", result.to_dict())
+        self._emit(CandidateEvaluated(n, result, cached=bool(getattr(result, "cached", False))))
+        return result
+
+    def _phase_kwargs(self, n: int) -> dict[str, Any]:
+        """Pass a phase callback when the evaluator takes one (worker phases → status bar)."""
+        import inspect
+
+        try:
+            params = inspect.signature(self.evaluator.evaluate).parameters
+        except (TypeError, ValueError):
+            return {}
+        if "on_phase" in params:
+            return {"on_phase": lambda phase: self._phase(n, _PHASE_NAMES.get(phase, "verifying"), phase)}
+        return {}
+
+    async def _profile(self, n: int, candidate: Candidate) -> None:
+        if self.profiler is None:
+            return
+        stored = self.store.get(n, "profile")
+        if stored is not None:
+            self._emit(ProfileReady(n, stored.get("profile") or {}, stored.get("analysis"), replayed=True))
+            return
+        self._phase(n, "profiling", "Nsight Compute")
+        profile = await self.profiler.profile(self.task, candidate)
+        analysis = None
+        if profile.ok and self.gpu_profile is not None:
+            from cudaforge.engine.analyzer import analyze
+
+            analysis = analyze(profile, self.gpu_profile).to_dict()
+        elif not profile.ok:
+            self._emit(Notice("warning", f"profile of round {n}: {profile.message}"))
+        data = {"profile": profile.to_dict(), "analysis": analysis}
+        self.store.put(n, "profile", data)
+        self._emit(ProfileReady(n, data["profile"], analysis))
+
+    # ---- bookkeeping ------------------------------------------------------------------------------
+    def _after_round(self, n: int, parent: int | None, result: EvalResult | None) -> None:
+        prog, p = self.progress, self.policy
+        if result is not None and result.accepted and result.speedup is not None:
+            prog.failures = 0
+            if prog.best_speedup is None or result.speedup > prog.best_speedup:
+                prog.best, prog.best_speedup, prog.since_best = n, result.speedup, 0
+                prog.head = n
+                return
+            prog.since_best += 1
+            assert prog.best is not None
+            if p.revert_on_regression and result.speedup < prog.best_speedup * (1 - p.regression_tolerance):
+                prog.head = prog.best
+                self._emit(Reverted(n, prog.best, f"round {n} ({result.speedup:.2f}x) is slower than the best, "
+                                                   f"round {prog.best} ({prog.best_speedup:.2f}x)"))
+            else:
+                prog.head = n
+            return
+        prog.failures += 1
+        prog.since_best += 1
+        prog.head = n if result is not None else parent
+        if prog.failures >= p.revert_after_failures and prog.best is not None:
+            prog.head = prog.best
+            prog.failures = 0
+            self._emit(Reverted(n, prog.best, f"{p.revert_after_failures} failed rounds in a row"))
+
+    def _replay_round(self, n: int, meta: dict[str, Any]) -> None:
+        """Re-emit a finished round's stored steps (replayed=True) and restore the bookkeeping."""
+        rec = self.store.load_round(n)
+        self._emit(RoundStarted(n, rec.kind, rec.parent, replayed=True))  # type: ignore[arg-type]
+        if rec.recommendation is not None and rec.subject_round is not None:
+            self._emit(JudgeRecommended(n, rec.subject_round, rec.judge_mode or "optimize",  # type: ignore[arg-type]
+                                        rec.recommendation, rec.judge_source or "llm", True))  # type: ignore[arg-type]
+        for d in rec.decisions:
+            self._emit(DecisionMade(n, d.get("point", "candidate"), d.get("action", "approve"),
+                                    d.get("by", "person"), True))
+        if rec.candidate is not None:
+            self._emit(CandidateProposed(n, rec.candidate, rec.format or "", rec.origin or "coder",  # type: ignore[arg-type]
+                                         rec.explanation, True))
+        elif rec.coder_error:
+            self._emit(CoderFailed(n, rec.coder_error, True))
+        if rec.result is not None:
+            self._emit(CandidateEvaluated(n, rec.result, replayed=True))
+        if rec.profile is not None:
+            self._emit(ProfileReady(n, rec.profile, rec.analysis, True))
+        saved = meta.get("progress")
+        if isinstance(saved, dict):
+            for key, value in saved.items():
+                if hasattr(self.progress, key):
+                    setattr(self.progress, key, value)
+        else:
+            self._after_round(n, rec.parent, rec.result)
+        self._emit(RoundFinished(n, rec.kind, rec.outcome, rec.speedup, self.progress.best,  # type: ignore[arg-type]
+                                 self.progress.best_speedup, True))
+
+    # ---- decisions ----------------------------------------------------------------------------
+    def _effective_mode(self) -> str:
+        if self._pause and self.mode == "auto":
+            self._pause = False
+            self.mode = "review"
+            self.store.save_state(mode=self.mode)
+            self._emit(ModeChanged("review", "paused by the person"))
+        return self.mode
+
+    async def _decide(self, n: int, point: DecisionPoint, k: int, text: str, options: tuple[Any, ...]) -> Decision:
+        for entry in self.store.decisions(n):
+            if entry.get("point") == point and entry.get("n") == k and entry.get("action") != "stop":
+                decision = Decision.from_dict(entry)
+                self._emit(DecisionMade(n, point, decision.action, entry.get("by", "person"), replayed=True))
+                return decision
+        if self._stop_requested:
+            raise _Stop("stopped_by_user", "stopped on request")
+        mode = self._effective_mode()
+        if mode == "auto" and "approve" in options:
+            decision, by = APPROVE, "auto"
+        else:
+            if self.driver is None:
+                raise _Stop("stopped_by_user", f"round {n} needs a decision ({point}) and no one is there to decide")
+            self._phase(n, "waiting", point)
+            self._emit(DecisionNeeded(n, point, text, options))
+            decision, by = await self.driver.decide(DecisionNeeded(n, point, text, options)), "person"
+            if decision.action not in options:
+                self._emit(Notice("error", f"'{decision.action}' is not possible here; choose one of "
+                                           + ", ".join(options)))
+                return await self._decide(n, point, k, text, options)
+        self.store.add_decision(n, {"point": point, "n": k, "by": by, **decision.to_dict()})
+        self._emit(DecisionMade(n, point, decision.action, by))  # type: ignore[arg-type]
+        if decision.action == "stop":
+            raise _Stop("stopped_by_user", f"stopped by the person at round {n} ({point})")
+        return decision
+
+    # ---- events -------------------------------------------------------------------------------------
+    def _emit(self, event: Event) -> None:
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def _phase(self, n: int, phase: Any, detail: str = "") -> None:
+        self._emit(PhaseChanged(n, phase, time.time(), detail))
+
+    def _record_call(self, record: CallRecord) -> None:
+        self.store.append_call(record)
+        self._emit_usage()
+
+    def _emit_usage(self) -> None:
+        total = self.ledger.total()
+        self._emit(UsageUpdated(total.usage.total_tokens, total.cost_usd, total.cost_known, total.calls))
+
+    def _finish(self, reason: StopReason, message: str) -> SessionStopped:
+        status = "finished" if reason in ("max_rounds", "target_speedup", "plateau") else "stopped"
+        rounds_done = sum(1 for n in self.store.round_numbers() if (self.store.get(n, "round") or {}).get("finished"))
+        self.store.save_state(status=status, stop_reason=reason, stop_message=message,
+                              best_round=self.progress.best, best_speedup=self.progress.best_speedup,
+                              rounds_done=rounds_done, active_s=self.active_seconds, mode=self.mode)
+        event = SessionStopped(reason, message, self.progress.best, self.progress.best_speedup, rounds_done)
+        self._emit(event)
+        return event
+
+
+_PHASE_NAMES = {"start": "compiling", "load_task": "compiling", "build": "compiling", "init": "compiling",
+                "correctness": "verifying", "kernels": "verifying", "timing": "timing",
+                "compile_baseline": "timing", "gpu_wait": "waiting"}
+
+
+def _profile_kernels(profile: dict[str, Any] | None) -> Any:
+    if not profile:
+        return None
+    kernels = profile.get("kernels") or []
+    return [{"kernel": k.get("name", "kernel"), "metrics": k.get("metrics", {})} for k in kernels] or None
+
+
+def _heuristic_text(rec: dict[str, Any]) -> str:
+    """The heuristic Judge's fields in the same layout as an LLM Judge's `as_text()`."""
+    if "critical_issue" in rec:
+        return (f"Critical issue: {rec.get('critical_issue', '')}\nWhy it matters: {rec.get('why_it_matters', '')}\n"
+                f"Minimal fix: {rec.get('minimal_fix_hint', '')}")
+    evidence = ", ".join(rec.get("evidence") or []) or "(none)"
+    return (f"Bottleneck: {rec.get('bottleneck', '')}\nMethod: {rec.get('method', '')}\nPlan: {rec.get('plan', '')}\n"
+            f"Evidence: {evidence}")
+
+
+def speedup_geomean(speedups: list[float]) -> float | None:
+    vals = [s for s in speedups if s and s > 0]
+    return math.exp(sum(math.log(s) for s in vals) / len(vals)) if vals else None
+
+
+__all__ = ["EventHook", "Session", "SessionPolicy", "format_recommendation", "speedup_geomean"]
