@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import secrets
 import shutil
 import subprocess
 import time
@@ -27,7 +28,7 @@ from cudaforge.engine.llm.types import Usage, UsageLedger
 from cudaforge.engine.session.decisions import AutoApprove
 from cudaforge.engine.session.events import Event
 from cudaforge.engine.session.factory import create_session, llm_configured, resume_session
-from cudaforge.engine.session.store import RunStore, make_run_id
+from cudaforge.engine.session.store import RunStore
 from cudaforge.engine.task import load_task
 
 FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
@@ -174,7 +175,7 @@ class Batch:
     def create(cls, root: str | Path, tasks: Sequence[Path], config: Config) -> Batch:
         for t in tasks:
             load_task(t)  # bad input fails before anything runs
-        path = Path(root) / make_run_id("batch")
+        path = Path(root) / f"batch-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
         path.mkdir(parents=True)
         atomic_write_json(path / "batch.json", {
             "schema": BATCH_SCHEMA, "created": time.time(), "config": config_to_data(config),
