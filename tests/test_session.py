@@ -22,7 +22,6 @@ from cudaforge.engine.session import (
     RoundStarted,
     RunStore,
     ScriptedDriver,
-    SessionStopped,
     create_session,
 )
 from cudaforge.engine.session.decisions import QueueDriver
@@ -262,3 +261,26 @@ def test_run_folder_json_is_complete(cache_dir: Path, tmp_path: Path) -> None:
     assert summary.status == "interrupted" and summary.rounds == 1
     for path in store.path.rglob("*.json"):
         json.loads(path.read_text())
+
+
+async def test_resume_replays_decisions_in_order(cache_dir: Path, tmp_path: Path) -> None:
+    """A rejected edit, a good edit, then stop; the resumed session asks only what was not answered."""
+    from cudaforge.engine.session import Notice, resume_session
+
+    first = ScriptedDriver([Decision("edit", text="this is not python ("), Decision("edit", text=WRONG),
+                            Decision("stop")])
+    session, events = _run(None, cache_dir, tmp_path, driver=first, **{"session.rounds": 2})
+    stopped = await session.run()
+    assert stopped.reason == "stopped_by_user" and stopped.rounds_done == 1
+    assert any(isinstance(e, Notice) and e.level == "error" for e in events)  # the rejected edit, as a value
+    assert [(r.round, r.point) for r in first.seen] == [(1, "candidate"), (1, "candidate"), (2, "recommendation")]
+    eval1 = (session.store.round_dir(1) / "eval.json").read_bytes()
+
+    second = ScriptedDriver([Decision("approve"), Decision("edit", text=CORRECT)])
+    replay: list[Any] = []
+    resumed = resume_session(session.store.path, driver=second, on_event=replay.append)
+    stopped = await resumed.run()
+    assert stopped.reason == "max_rounds" and stopped.best_round == 2
+    assert [(r.round, r.point) for r in second.seen] == [(2, "recommendation"), (2, "candidate")]
+    assert (session.store.round_dir(1) / "eval.json").read_bytes() == eval1
+    assert any(isinstance(e, CandidateEvaluated) and e.replayed and e.round == 1 for e in replay)

@@ -146,6 +146,7 @@ class Session:
         self._pause = False
         self._stop_requested = False
         self._branch_to: int | None = None
+        self._replayed: dict[tuple[int, str], int] = {}  # stored decisions consumed, per round and point
         self._started = time.monotonic()
         self._prior_active_s = float(store.state.get("active_s", 0.0))
         if not self.ledger.records:
@@ -557,11 +558,16 @@ class Session:
         return self.mode
 
     async def _decide(self, n: int, point: DecisionPoint, k: int, text: str, options: tuple[Any, ...]) -> Decision:
-        for entry in self.store.decisions(n):
-            if entry.get("point") == point and entry.get("n") == k and entry.get("action") != "stop":
-                decision = Decision.from_dict(entry)
-                self._emit(DecisionMade(n, point, decision.action, entry.get("by", "person"), replayed=True))
-                return decision
+        # Stored decisions are replayed in the order they were made: re-walking the same steps with
+        # the same answers reproduces the same path (regenerations, rejected edits, branches).
+        stored = [e for e in self.store.decisions(n) if e.get("point") == point and e.get("action") != "stop"]
+        used = self._replayed.get((n, point), 0)
+        if used < len(stored):
+            entry = stored[used]
+            self._replayed[(n, point)] = used + 1
+            decision = Decision.from_dict(entry)
+            self._emit(DecisionMade(n, point, decision.action, entry.get("by", "person"), replayed=True))
+            return decision
         if self._stop_requested:
             raise _Stop("stopped_by_user", "stopped on request")
         mode = self._effective_mode()
@@ -578,6 +584,7 @@ class Session:
                                            + ", ".join(options)))
                 return await self._decide(n, point, k, text, options)
         self.store.add_decision(n, {"point": point, "n": k, "by": by, **decision.to_dict()})
+        self._replayed[(n, point)] = self._replayed.get((n, point), 0) + 1
         self._emit(DecisionMade(n, point, decision.action, by))  # type: ignore[arg-type]
         if decision.action == "stop":
             raise _Stop("stopped_by_user", f"stopped by the person at round {n} ({point})")
