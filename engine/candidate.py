@@ -23,12 +23,14 @@ FORMATS: tuple[str, ...] = ("nvrtc", "inline", "cpu", "python")
 
 def detect_format(source: str) -> CandidateFormat:
     """Which build path the source uses, read from what it imports and calls."""
-    if re.search(r"cudaforge\.engine\.nvrtc|\bload_kernel\s*\(", source):
+    if re.search(r"cudaforge\.engine\.nvrtc", source):
         return "nvrtc"
-    if re.search(r"\bload_inline\s*\(", source):
+    if re.search(r"\bload_inline\s*\(", source):  # before load_kernel: an exported file keeps its calls
         if re.search(r"\bcuda_sources\s*=", source):
             return "inline"
         return "cpu"
+    if re.search(r"\bload_kernel\s*\(", source):  # a standalone nvrtc file (helper inlined)
+        return "nvrtc"
     return "python"
 
 

@@ -9,16 +9,19 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from . import result_cache
 from .candidate import Candidate
 from .config import Config
 from .gpu_lock import gpu_lock_path, other_gpu_processes
 from .results import EvalResult, Finding, WorkerExit, from_dict
-from .sandbox import ProcessOutcome, run_sandboxed, tail
+from .sandbox import ProcessOutcome, live_sandbox_pids, run_sandboxed, tail, wait_sandboxed
+from .spare import DEFAULT_IDLE_S, Spare, start_spare
 from .task import Task
 
 PHASE_GROUPS = {
@@ -59,6 +62,10 @@ class EvalOptions:
     speed_of_light_margin: float = 1.0
     peak_bandwidth_gbs: float | None = None
     python: str = sys.executable
+    # Reuse results of an identical candidate (engine/result_cache.py). Off unless the caller asks:
+    # the session/CLI opt in (EvalOptions.from_config(config, result_cache=True)).
+    result_cache: bool = False
+    spare_idle_s: float = DEFAULT_IDLE_S  # how long a pre-warmed spare may wait for its job
 
     @classmethod
     def from_config(cls, config: Config, **overrides: Any) -> EvalOptions:
@@ -99,11 +106,81 @@ def apply_policy(findings: tuple[Finding, ...], policy: Mapping[str, str]) -> tu
 
 
 class Evaluator:
-    """Runs evaluations one at a time per GPU (file lock) in fresh sandboxed workers."""
+    """Runs evaluations one at a time per GPU (file lock) in fresh sandboxed workers.
+
+    `prewarm()` starts a spare worker ahead of time (torch imported, CUDA context created) so the
+    next `evaluate()` pays no process start; each spare runs one evaluation only. Results of an
+    identical candidate come from the result cache (`options.result_cache`). Call `aclose()` when done.
+    """
 
     def __init__(self, options: EvalOptions, *, keep_workdirs: bool = False) -> None:
         self.options = options
         self.keep_workdirs = keep_workdirs
+        self._spare: Spare | None = None
+        self.last_wall_s: float = 0.0  # seconds of the last evaluate() (cache lookup to result)
+
+    # ------------------------------------------------------------------ spare worker
+
+    def _spare_key(self) -> str:
+        o = self.options
+        env = self.worker_env()
+        return json.dumps([o.python, o.device, o.gpu, str(o.cache_dir), sorted(env.items()), o.phase_limits(),
+                           o.output_limit_bytes, o.open_files, o.spare_idle_s], default=str)
+
+    def prewarm(self) -> bool:
+        """Start a spare worker unless a live one for these options exists; cheap to call repeatedly.
+
+        Returns True when a spare is (now) waiting. Call it while the LLM is thinking.
+        """
+        key = self._spare_key()
+        spare = self._spare
+        if spare is not None and spare.alive() and spare.key == key:
+            return True
+        if spare is not None:
+            self._spare = None
+            spare.kill()
+        self.options.cache_dir.mkdir(parents=True, exist_ok=True)
+        o = self.options
+        self._spare = start_spare(
+            key=key, prefix=(), python=o.python, device=o.device, gpu=o.gpu, env=self.worker_env(),
+            phase_limits=o.phase_limits(), default_limit_s=float(o.timeouts.get("load_s", 900.0)),
+            output_limit_bytes=o.output_limit_bytes, open_files=o.open_files,
+            warm_limit_s=float(o.timeouts.get("load_s", 900.0)), idle_limit_s=o.spare_idle_s, label="spare")
+        return True
+
+    @property
+    def spare(self) -> Spare | None:
+        """The waiting spare, if any (for status displays and tests)."""
+        return self._spare
+
+    def _take_spare(self) -> Spare | None:
+        spare, self._spare = self._spare, None
+        if spare is None:
+            return None
+        if not spare.alive() or spare.key != self._spare_key():
+            spare.kill()
+            return None
+        return spare
+
+    async def aclose(self) -> None:
+        """Kill the spare worker (if any) and remove its files."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            await asyncio.to_thread(spare.kill)
+
+    # ------------------------------------------------------------------ result cache
+
+    def cache_key(self, task: Task, candidate: Candidate) -> str:
+        """The result-cache key of evaluating `candidate` on `task` with these options here."""
+        o = self.options
+        return result_cache.eval_cache_key(candidate.source, task.source, result_cache.eval_settings(o),
+                                           result_cache.environment(o.device, o.gpu))
+
+    @property
+    def results_dir(self) -> Path:
+        return self.options.cache_dir / "results"
+
+    # ------------------------------------------------------------------ evaluation
 
     def worker_spec(self, task: Task, candidate_path: Path, workdir: Path, mode: str = "evaluate",
                     candidate: Candidate | None = None) -> dict[str, Any]:
@@ -139,38 +216,79 @@ class Evaluator:
         env.setdefault("NCCL_NVLS_ENABLE", "0")
         return env
 
-    def prepare(self, task: Task, candidate: Candidate, mode: str = "evaluate") -> tuple[Path, Path, Path]:
+    def prepare(self, task: Task, candidate: Candidate, mode: str = "evaluate",
+                workdir: Path | None = None) -> tuple[Path, Path, Path]:
+        """Write the candidate and the worker's spec into `workdir` (a new temp dir by default)."""
         self.options.cache_dir.mkdir(parents=True, exist_ok=True)
-        workdir = Path(tempfile.mkdtemp(prefix=f"cudaforge-{mode}-"))
+        if workdir is None:
+            workdir = Path(tempfile.mkdtemp(prefix=f"cudaforge-{mode}-"))
         cand_path = workdir / "candidate.py"
         cand_path.write_text(candidate.source, encoding="utf-8")
         spec_path = workdir / "worker.json"
         spec_path.write_text(json.dumps(self.worker_spec(task, cand_path, workdir, mode, candidate)))
         return workdir, cand_path, spec_path
 
-    async def evaluate(self, task: Task, candidate: Candidate) -> EvalResult:
-        workdir, _, spec_path = self.prepare(task, candidate)
+    async def evaluate(self, task: Task, candidate: Candidate, *, use_cache: bool = True) -> EvalResult:
+        """Evaluate `candidate` on `task`: from the result cache, in the spare worker, or in a fresh one."""
+        start = time.perf_counter()
+        key = None
+        if use_cache and self.options.result_cache:
+            key = await asyncio.to_thread(self.cache_key, task, candidate)
+            hit = result_cache.load_result(self.results_dir, key, candidate.sha256)
+            if hit is not None:
+                self.last_wall_s = time.perf_counter() - start
+                return replace(hit, task_path=str(task.path))
+        result = await self._evaluate_fresh(task, candidate)
+        if key is not None:
+            await asyncio.to_thread(result_cache.store_result, self.results_dir, key, result)
+        self.last_wall_s = time.perf_counter() - start
+        return result
+
+    async def _evaluate_fresh(self, task: Task, candidate: Candidate) -> EvalResult:
+        spare = self._take_spare()
+        workdir, _, spec_path = self.prepare(task, candidate, workdir=spare.workdir if spare else None)
         try:
-            warnings: list[Finding] = []
-            if self.options.device == "cuda":
-                others = await asyncio.to_thread(other_gpu_processes, self.options.gpu)
-                if others:
-                    warnings.append(Finding("gpu_shared", "warn", f"{len(others)} other process(es) use GPU "
-                                            f"{self.options.gpu}; timings may be disturbed", {"pids": others}))
-            # The worker takes the GPU lock itself once its build is done (builds may overlap).
-            outcome, out_path, err_path = await run_sandboxed(
-                [self.options.python, "-m", "cudaforge.engine.worker", str(spec_path)],
-                workdir=workdir / "sandbox",
-                env=self.worker_env(),
-                phase_limits=self.options.phase_limits(),
-                default_limit_s=float(self.options.timeouts.get("load_s", 900.0)),
-                output_limit_bytes=self.options.output_limit_bytes,
-                open_files=self.options.open_files,
-            )
+            submitted = time.perf_counter()
+            if spare is not None:
+                spare.submit(spec_path)
+                waiting = asyncio.ensure_future(wait_sandboxed(spare.handle))
+            else:
+                # The worker takes the GPU lock itself once its build is done (builds may overlap).
+                waiting = asyncio.ensure_future(run_sandboxed(
+                    [self.options.python, "-m", "cudaforge.engine.worker", str(spec_path)],
+                    workdir=workdir / "sandbox",
+                    env=self.worker_env(),
+                    phase_limits=self.options.phase_limits(),
+                    default_limit_s=float(self.options.timeouts.get("load_s", 900.0)),
+                    output_limit_bytes=self.options.output_limit_bytes,
+                    open_files=self.options.open_files,
+                ))
+            try:
+                warnings = await self._gpu_warnings()
+                outcome, out_path, err_path = await waiting
+            except BaseException:
+                waiting.cancel()
+                with contextlib.suppress(BaseException):
+                    await waiting
+                raise
+            if spare is not None:  # the supervisor's clock started when the spare did, not at submit
+                outcome = replace(outcome, seconds=round(time.perf_counter() - submitted, 3))
             return self.assemble(task, candidate, workdir, outcome, out_path, err_path, warnings)
         finally:
+            if spare is not None:
+                spare.forget()
             if not self.keep_workdirs:
                 shutil.rmtree(workdir, ignore_errors=True)
+
+    async def _gpu_warnings(self) -> list[Finding]:
+        """Other processes on the GPU (not our own sandboxed workers and spares) make timings suspect."""
+        if self.options.device != "cuda":
+            return []
+        others = await asyncio.to_thread(other_gpu_processes, self.options.gpu, live_sandbox_pids())
+        if not others:
+            return []
+        return [Finding("gpu_shared", "warn", f"{len(others)} other process(es) use GPU {self.options.gpu}; "
+                        "timings may be disturbed", {"pids": others})]
 
     def assemble(self, task: Task, candidate: Candidate, workdir: Path, outcome: ProcessOutcome, out_path: Path,
                  err_path: Path, warnings: list[Finding]) -> EvalResult:

@@ -6,6 +6,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -16,8 +17,8 @@ def gpu_lock_path(cache_dir: Path, gpu: int) -> Path:
     return lock_dir / f"gpu{gpu}.lock"
 
 
-def other_gpu_processes(gpu: int) -> list[int]:
-    """PIDs of compute processes on `gpu` other than ours (empty when nvidia-smi is missing)."""
+def other_gpu_processes(gpu: int, exclude: Iterable[int] = ()) -> list[int]:
+    """PIDs of compute processes on `gpu` other than ours and `exclude` (empty when nvidia-smi is missing)."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return []
@@ -30,4 +31,5 @@ def other_gpu_processes(gpu: int) -> list[int]:
     for line in out.splitlines():
         with contextlib.suppress(ValueError):
             pids.append(int(line.strip()))
-    return [p for p in pids if p != os.getpid()]
+    skip = {os.getpid(), *exclude}
+    return [p for p in pids if p not in skip]

@@ -619,7 +619,7 @@ def _check_precision(tree: ast.Module, aliases: _Aliases, c: _Collector) -> None
         c.add("precision_downgrade", line, text)
 
 
-_WORKER_FILES = re.compile(r"\b(?:result|progress|worker|outcome|sandbox)\.json\b|\b(?:result|progress)_path\b")
+_WORKER_FILES = re.compile(r"\b(?:result|progress|worker|outcome|sandbox|job|ready)\.json\b|\b(?:result|progress)_path\b")
 
 
 def _check_forgery(tree: ast.Module, aliases: _Aliases, c: _Collector) -> None:

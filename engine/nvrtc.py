@@ -12,7 +12,7 @@ import ctypes
 import hashlib
 import os
 import re
-import threading
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +56,6 @@ _SCALAR_TYPES: dict[str, Any] = {
 }
 _QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "struct"}
 _DRIVER: ctypes.CDLL | None = None
-_LOCK = threading.Lock()
 _MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 # Launch counts per kernel name, read by the worker's "did a custom kernel run" check.
@@ -74,6 +73,21 @@ def _driver() -> ctypes.CDLL:
     if _DRIVER is None:
         _DRIVER = ctypes.CDLL("libcuda.so.1")
     return _DRIVER
+
+
+_LAUNCH: Any = None
+
+
+def _launch() -> Any:
+    """cuLaunchKernel with declared argument types (set once: no per-call type inference)."""
+    global _LAUNCH
+    if _LAUNCH is None:
+        fn = _driver().cuLaunchKernel
+        fn.argtypes = [ctypes.c_void_p, *([ctypes.c_uint] * 6), ctypes.c_uint, ctypes.c_void_p,
+                       ctypes.c_void_p, ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+        _LAUNCH = fn
+    return _LAUNCH
 
 
 def _check(result: int, what: str) -> None:
@@ -141,6 +155,124 @@ def _compile(source: str, name: str, options: Sequence[str], arch: str) -> tuple
     return binary, mangled
 
 
+# C type spelling -> struct code (native sizes, no implicit alignment: offsets are laid out by hand).
+_STRUCT_CODES: dict[str, str] = {
+    "bool": "?", "signed char": "b", "unsigned char": "B", "int8_t": "b", "uint8_t": "B",
+    "short": "h", "unsigned short": "H", "int16_t": "h", "uint16_t": "H",
+    "int": "i", "signed": "i", "signed int": "i", "unsigned": "I", "unsigned int": "I", "int32_t": "i",
+    "uint32_t": "I", "long": "q", "long int": "q", "unsigned long": "Q", "long long": "q", "long long int": "q",
+    "unsigned long long": "Q", "unsigned long long int": "Q", "int64_t": "q", "uint64_t": "Q",
+    "size_t": "Q", "ptrdiff_t": "q", "float": "f", "double": "d", _POINTER: "Q",
+}
+_PLAIN_SCALARS = (int, float, bool)
+
+
+class ArgLayout:
+    """The packed-argument block of one kernel, built once from its signature.
+
+    Every launch writes its arguments with one `struct.pack_into` into a persistent buffer whose
+    per-parameter addresses are already in a `void*[]` array, so a call costs no ctypes object
+    construction and no signature work. Arguments the fast path does not cover (ctypes values, numpy
+    scalars, out-of-range integers) make `pack` return False and the caller packs them the slow way,
+    with exactly the old semantics.
+    """
+
+    def __init__(self, param_types: Sequence[str]) -> None:
+        fmt, offsets, pos = "=", [], 0
+        for kind in param_types:
+            code = _STRUCT_CODES[kind]
+            size = struct.calcsize("=" + code)
+            pad = (-pos) % size
+            fmt += "x" * pad
+            pos += pad
+            offsets.append(pos)
+            fmt += code
+            pos += size
+        self.nargs = len(param_types)
+        self.pointer_index = tuple(i for i, kind in enumerate(param_types) if kind == _POINTER)
+        self.scalar_index = tuple(i for i, kind in enumerate(param_types) if kind != _POINTER)
+        self.struct = struct.Struct(fmt)
+        self.offsets = tuple(offsets)
+        # A pool of (buffer, void*[] into it). A launch takes one with list.pop(), which is atomic, and
+        # puts it back after cuLaunchKernel has copied the arguments: concurrent launches from several
+        # threads each get their own block, without a lock (and without importing threading, which the
+        # integrity checks flag in a candidate that inlines this helper).
+        self.pool: list[tuple[Any, Any]] = [self.new_block()]
+
+    def new_block(self) -> tuple[Any, Any]:
+        buffer = ctypes.create_string_buffer(max(self.struct.size, 1))
+        base = ctypes.addressof(buffer)
+        return buffer, (ctypes.c_void_p * max(self.nargs, 1))(*[base + off for off in self.offsets])
+
+    @staticmethod
+    def for_types(param_types: Sequence[str] | None) -> ArgLayout | None:
+        if param_types is None or any(kind not in _STRUCT_CODES for kind in param_types):
+            return None
+        return ArgLayout(param_types)
+
+    def values(self, args: Sequence[Any], name: str) -> list[Any] | None:
+        """Raw values to pack (tensor -> device pointer), or None when the slow path must pack."""
+        if len(args) != self.nargs:
+            return None
+        out = list(args)
+        tensor = torch.Tensor
+        for i in self.pointer_index:
+            arg = out[i]
+            if isinstance(arg, tensor):
+                if not arg.is_cuda:
+                    raise NvrtcError(f"{name}: argument {i} is a {arg.device} tensor; kernels need CUDA tensors")
+                out[i] = arg.data_ptr()
+            elif type(arg) is not int:
+                return None
+        plain = _PLAIN_SCALARS
+        for i in self.scalar_index:
+            if type(out[i]) not in plain:
+                return None
+        return out
+
+    def take(self) -> tuple[Any, Any]:
+        try:
+            return self.pool.pop()
+        except IndexError:
+            return self.new_block()
+
+    def pack(self, block: tuple[Any, Any], values: Sequence[Any]) -> bool:
+        """Write `values` into `block`'s buffer; False if one does not fit its C type (slow path then)."""
+        try:
+            self.struct.pack_into(block[0], 0, *values)
+        except struct.error:
+            return False
+        return True
+
+
+_DIMS_CACHE: dict[Any, tuple[int, int, int]] = {}
+
+
+def _dims_cached(dims: Any, what: str) -> tuple[int, int, int]:
+    try:
+        return _DIMS_CACHE[dims]
+    except (KeyError, TypeError):  # TypeError: unhashable (a list)
+        pass
+    value = _dims(dims, what)
+    if isinstance(dims, (tuple, int)) and all(type(d) is int for d in (dims if isinstance(dims, tuple) else (dims,))):
+        if len(_DIMS_CACHE) > 4096:
+            _DIMS_CACHE.clear()
+        _DIMS_CACHE[dims] = value
+    return value
+
+
+def _raw_stream_getter() -> Any:
+    """A cheap `() -> cudaStream_t` for PyTorch's current stream on the current device."""
+    get_raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    get_device = getattr(torch._C, "_cuda_getDevice", None)
+    if get_raw is not None and get_device is not None:
+        return lambda: get_raw(get_device())
+    return lambda: torch.cuda.current_stream().cuda_stream
+
+
+_CURRENT_RAW_STREAM: Any = None
+
+
 @dataclass
 class Kernel:
     """A loaded CUDA kernel; call it like `kernel(grid=(g,), block=(b,), args=(...), shared_mem=0)`."""
@@ -150,6 +282,11 @@ class Kernel:
     module: ctypes.c_void_p
     param_types: list[str] | None
     _shared_configured: int = 0
+    layout: ArgLayout | None = None
+
+    def __post_init__(self) -> None:
+        if self.layout is None:
+            self.layout = ArgLayout.for_types(self.param_types)
 
     def __call__(
         self,
@@ -159,9 +296,9 @@ class Kernel:
         shared_mem: int = 0,
         stream: torch.cuda.Stream | None = None,
     ) -> None:
-        g = _dims(grid, "grid")
-        b = _dims(block, "block")
-        packed = self._pack(args)
+        global _CURRENT_RAW_STREAM
+        g = _dims_cached(grid, "grid")
+        b = _dims_cached(block, "block")
         if shared_mem >= 48 * 1024 and shared_mem > self._shared_configured:
             _check(
                 _driver().cuFuncSetAttribute(self.function, _MAX_DYNAMIC_SHARED, int(shared_mem)),
@@ -169,17 +306,32 @@ class Kernel:
             )
             self._shared_configured = int(shared_mem)
         if stream is None:
-            stream = torch.cuda.current_stream()
-        pointers = (ctypes.c_void_p * len(packed))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in packed])
-        _check(
-            _driver().cuLaunchKernel(
-                self.function, *g, *b, int(shared_mem), ctypes.c_void_p(stream.cuda_stream), pointers, None
-            ),
-            f"launching {self.name}",
-        )
+            if _CURRENT_RAW_STREAM is None:
+                _CURRENT_RAW_STREAM = _raw_stream_getter()
+            raw_stream = _CURRENT_RAW_STREAM()
+        else:
+            raw_stream = stream.cuda_stream
+        layout = self.layout
+        values = layout.values(args, self.name) if layout is not None else None
+        if values is not None and layout is not None:
+            block = layout.take()
+            try:
+                if layout.pack(block, values):
+                    _check(_launch()(self.function, *g, *b, int(shared_mem), raw_stream, block[1], None),
+                           f"launching {self.name}")
+                    LAUNCH_COUNTS[self.name] = LAUNCH_COUNTS.get(self.name, 0) + 1
+                    return
+            finally:
+                layout.pool.append(block)
+        packed = self._pack(args)
+        pointers = (ctypes.c_void_p * max(len(packed), 1))(
+            *[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in packed])
+        _check(_launch()(self.function, *g, *b, int(shared_mem), raw_stream, pointers, None),
+               f"launching {self.name}")
         LAUNCH_COUNTS[self.name] = LAUNCH_COUNTS.get(self.name, 0) + 1
 
     def _pack(self, args: Sequence[Any]) -> list[Any]:
+        """The general (slow) path: one ctypes object per argument, by its declared C type."""
         types = self.param_types
         if types is not None and len(types) != len(args):
             raise NvrtcError(f"{self.name} takes {len(types)} arguments, got {len(args)}")
@@ -226,16 +378,16 @@ def load_kernel(source: str, name: str, *, options: Sequence[str] = (), device: 
         raise NvrtcError("NVRTC kernels need a CUDA device, and none is available")
     index = torch.cuda.current_device() if device is None else device
     major, minor = torch.cuda.get_device_capability(index)
-    with _LOCK:
-        binary, mangled = _compile(source, name, tuple(options), f"{major}{minor}")
-        torch.cuda.init()
-        with torch.cuda.device(index):
-            torch.zeros(1, device=f"cuda:{index}")  # make sure the primary context is current
-            module = ctypes.c_void_p()
-            _check(_driver().cuModuleLoadData(ctypes.byref(module), binary), f"loading module of {name}")
-            function = ctypes.c_void_p()
-            _check(
-                _driver().cuModuleGetFunction(ctypes.byref(function), module, mangled.encode()),
-                f"finding {name} in its module",
-            )
+    # No lock: a concurrent compile of the same kernel only duplicates work (cache writes are atomic).
+    binary, mangled = _compile(source, name, tuple(options), f"{major}{minor}")
+    torch.cuda.init()
+    with torch.cuda.device(index):
+        torch.zeros(1, device=f"cuda:{index}")  # make sure the primary context is current
+        module = ctypes.c_void_p()
+        _check(_driver().cuModuleLoadData(ctypes.byref(module), binary), f"loading module of {name}")
+        function = ctypes.c_void_p()
+        _check(
+            _driver().cuModuleGetFunction(ctypes.byref(function), module, mangled.encode()),
+            f"finding {name} in its module",
+        )
     return Kernel(name=name.split("<", 1)[0], function=function, module=module, param_types=parse_signature(source, name))

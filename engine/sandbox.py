@@ -65,6 +65,7 @@ class SandboxSpec:
     output_limit_bytes: int = 64 << 20
     open_files: int = 1024
     file_size_bytes: int = 4 << 30
+    parent_pid: int = 0  # the app; the supervisor kills the tree and exits when it is gone (0: no check)
 
 
 # --------------------------------------------------------------------------- supervisor side
@@ -201,7 +202,7 @@ def supervise(spec: SandboxSpec) -> ProcessOutcome:
             reason = "timeout"
         elif _output_size(spec) > spec.output_limit_bytes:
             reason = "output_limit"
-        elif cancelled:
+        elif cancelled or (spec.parent_pid and os.getppid() != spec.parent_pid):
             reason = "cancelled"
         if reason:
             _kill_all([child.pid, *_descendants(os.getpid())])
@@ -267,7 +268,25 @@ def sweep_marker(marker: str) -> int:
     return killed
 
 
-async def run_sandboxed(
+@dataclass
+class SandboxHandle:
+    """A started supervisor: awaited with `wait_sandboxed`, killed with `kill_sandboxed`.
+
+    It is a plain `subprocess.Popen`, not an asyncio subprocess, so it can outlive the event loop
+    that started it (a pre-warmed spare is started in one `asyncio.run` and used in another).
+    """
+
+    proc: Any
+    marker: str
+    spec: SandboxSpec
+    limit_s: float
+    started: float = field(default_factory=time.monotonic)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+def start_sandboxed(
     argv: Sequence[str],
     *,
     workdir: Path,
@@ -276,12 +295,10 @@ async def run_sandboxed(
     default_limit_s: float = 600.0,
     output_limit_bytes: int = 64 << 20,
     open_files: int = 1024,
-) -> tuple[ProcessOutcome, Path, Path]:
-    """Run `argv` contained; return its outcome and the paths of its stdout and stderr files.
+) -> SandboxHandle:
+    """Start `argv` under a supervisor and return at once (see `run_sandboxed` for the containment)."""
+    import subprocess
 
-    `workdir` becomes the child's cwd and holds its files. Cancelling the awaiting task kills the
-    whole tree before the cancellation propagates.
-    """
     workdir.mkdir(parents=True, exist_ok=True)
     marker = uuid.uuid4().hex
     child_env = scrub_env(dict(os.environ if env is None else env))
@@ -301,39 +318,95 @@ async def run_sandboxed(
         output_limit_bytes=output_limit_bytes,
         open_files=open_files,
         file_size_bytes=max(4 * output_limit_bytes, 256 << 20),
+        parent_pid=os.getpid(),
     )
     spec_path = workdir / "sandbox.json"
     spec_path.write_text(json.dumps(asdict(spec)))
     sup_env = {k: v for k, v in child_env.items() if k != MARKER_VAR}
-    sup = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cudaforge.engine.sandbox", str(spec_path),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=open(workdir / "supervisor.txt", "wb"),  # noqa: SIM115 - closed by the child's exit
-        env=sup_env,
-        start_new_session=True,
-    )
+    with open(workdir / "supervisor.txt", "wb") as sup_err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cudaforge.engine.sandbox", str(spec_path)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=sup_err, env=sup_env,
+            start_new_session=True,
+        )
     outer_limit = sum((phase_limits or {}).values()) + default_limit_s + 60
+    handle = SandboxHandle(proc=proc, marker=marker, spec=spec, limit_s=outer_limit)
+    _LIVE_HANDLES[proc.pid] = handle
+    return handle
+
+
+_LIVE_HANDLES: dict[int, SandboxHandle] = {}
+
+
+def live_sandbox_pids() -> set[int]:
+    """Our own sandboxed processes (supervisors and everything under them), e.g. to tell our own
+    workers apart from other programs on the GPU."""
+    pids: set[int] = set()
+    for pid, handle in list(_LIVE_HANDLES.items()):
+        if handle.proc.poll() is not None:
+            _LIVE_HANDLES.pop(pid, None)
+            continue
+        pids.add(pid)
+        pids.update(_descendants(pid))
+    return pids
+
+
+def kill_sandboxed(handle: SandboxHandle, grace_s: float = 5.0) -> None:
+    """Stop the supervisor (it kills and sweeps its tree), then make sure nothing with the marker lives."""
+    with contextlib.suppress(ProcessLookupError):
+        handle.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while handle.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if handle.proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(handle.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            handle.proc.wait(timeout=5)
+    sweep_marker(handle.marker)
+    _LIVE_HANDLES.pop(handle.proc.pid, None)
+
+
+async def wait_sandboxed(handle: SandboxHandle, poll_s: float = 0.01) -> tuple[ProcessOutcome, Path, Path]:
+    """Await the supervisor's end; cancelling (or its outer limit) kills the whole tree first."""
     try:
-        await asyncio.wait_for(sup.wait(), timeout=outer_limit)
+        while handle.proc.poll() is None:
+            if time.monotonic() - handle.started > handle.limit_s:
+                raise TimeoutError
+            await asyncio.sleep(poll_s)
     except (asyncio.CancelledError, TimeoutError):
-        with contextlib.suppress(ProcessLookupError):
-            sup.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(asyncio.shield(sup.wait()), timeout=5)
-        except (asyncio.CancelledError, TimeoutError):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(sup.pid, signal.SIGKILL)
-        sweep_marker(marker)
+        await asyncio.to_thread(kill_sandboxed, handle)
         raise
-    outcome_path = Path(spec.outcome_path)
+    _LIVE_HANDLES.pop(handle.proc.pid, None)
+    outcome_path = Path(handle.spec.outcome_path)
     if outcome_path.exists():
         outcome = ProcessOutcome(**json.loads(outcome_path.read_text()))
     else:
-        outcome = ProcessOutcome(reason="supervisor_failed", returncode=sup.returncode)
-    if sweep_marker(marker):
+        outcome = ProcessOutcome(reason="supervisor_failed", returncode=handle.proc.returncode)
+    if sweep_marker(handle.marker):
         outcome = ProcessOutcome(**{**outcome.to_dict(), "swept": outcome.swept + 1})
-    return outcome, Path(spec.stdout_path), Path(spec.stderr_path)
+    return outcome, Path(handle.spec.stdout_path), Path(handle.spec.stderr_path)
+
+
+async def run_sandboxed(
+    argv: Sequence[str],
+    *,
+    workdir: Path,
+    env: Mapping[str, str] | None = None,
+    phase_limits: Mapping[str, float] | None = None,
+    default_limit_s: float = 600.0,
+    output_limit_bytes: int = 64 << 20,
+    open_files: int = 1024,
+) -> tuple[ProcessOutcome, Path, Path]:
+    """Run `argv` contained; return its outcome and the paths of its stdout and stderr files.
+
+    `workdir` becomes the child's cwd and holds its files. Cancelling the awaiting task kills the
+    whole tree before the cancellation propagates.
+    """
+    handle = start_sandboxed(argv, workdir=workdir, env=env, phase_limits=phase_limits,
+                             default_limit_s=default_limit_s, output_limit_bytes=output_limit_bytes,
+                             open_files=open_files)
+    return await wait_sandboxed(handle)
 
 
 def tail(path: Path, limit: int = 4000) -> str:

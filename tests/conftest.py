@@ -51,6 +51,7 @@ def cpu_options(cache_dir: Path):  # -> EvalOptions
         timing={"warmup": 1, "trials": 5, "host_trials": 3, "l2_flush": False, "baselines": ["eager"]},
         timeouts={"load_s": 600.0, "correctness_s": 120.0, "timing_s": 120.0, "profile_s": 120.0},
         cache_dir=cache_dir,
+        result_cache=False,  # tests exercise real evaluations; the result cache has its own tests
     )
 
 
@@ -63,4 +64,5 @@ def gpu_options(cache_dir: Path):  # -> EvalOptions
         trials=3,
         cache_dir=cache_dir,
         timing={"warmup": 5, "trials": 30, "host_trials": 10, "l2_flush": True, "baselines": ["eager"]},
+        result_cache=False,
     )

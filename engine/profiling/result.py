@@ -144,6 +144,7 @@ class ProfileResult:
     command: tuple[str, ...] = ()
     returncode: int | None = None
     log_tail: str = ""  # last lines of ncu's own output (==PROF==/==ERROR==) for the user
+    cached: bool = False  # served from the profile cache (an identical candidate was profiled before)
 
     @property
     def total_time_us(self) -> float:
@@ -175,6 +176,7 @@ class ProfileResult:
             "command": list(self.command),
             "returncode": self.returncode,
             "log_tail": self.log_tail,
+            "cached": self.cached,
         }
 
     @classmethod
@@ -196,6 +198,7 @@ class ProfileResult:
             command=tuple(data.get("command") or ()),
             returncode=data.get("returncode"),
             log_tail=data.get("log_tail", ""),
+            cached=bool(data.get("cached", False)),
         )
 
 

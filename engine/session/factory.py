@@ -61,7 +61,7 @@ def build_parts(config: Config, *, mode: str | None = None, env: dict[str, str] 
         except Exception:
             gpu_profile = None
     peak = getattr(gpu_profile, "dram_bandwidth_gbs", None) if gpu_profile is not None else None
-    evaluator = Evaluator(EvalOptions.from_config(config, peak_bandwidth_gbs=peak))
+    evaluator = Evaluator(EvalOptions.from_config(config, peak_bandwidth_gbs=peak, result_cache=True))
     profiler = None
     if device == "cuda":
         from cudaforge.engine.profiler import Profiler

@@ -14,6 +14,7 @@ stopped: a finished LLM call or evaluation is loaded, never repeated.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 import traceback
@@ -192,7 +193,25 @@ class Session:
             stopped = self._finish("error", f"internal error: {exc!r} (details in error.log); resumable")
         finally:
             self.store.close()
+            await self._close_workers()
         return stopped
+
+    def _prewarm(self) -> None:
+        """Start spare workers (evaluation, and ncu-wrapped profiling) while the LLM thinks."""
+        for part in (self.evaluator, self.profiler):
+            prewarm = getattr(part, "prewarm", None)
+            if callable(prewarm):
+                try:
+                    prewarm()
+                except Exception as exc:  # a spare is an optimisation: never fail the round for it
+                    self._emit(Notice("warning", f"could not start a spare worker: {exc}"))
+
+    async def _close_workers(self) -> None:
+        for part in (self.evaluator, self.profiler):
+            aclose = getattr(part, "aclose", None)
+            if callable(aclose):
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(aclose())
 
     async def _loop(self) -> SessionStopped:
         n = 1
@@ -422,9 +441,7 @@ class Session:
         assert self.coder is not None
         self._check_budget()
         self._phase(n, "thinking", f"Coder ({self.coder.client.model})")
-        prewarm = getattr(self.evaluator, "prewarm", None)
-        if callable(prewarm):
-            prewarm()  # start a spare worker while the LLM thinks
+        self._prewarm()
         history = self._history(n)
         if parent is None or parent.candidate is None:
             reply = await self.coder.seed(self.task.source, round=n)

@@ -1,0 +1,304 @@
+"""Round latency: engine time from candidate text to an evaluated and profiled result (LLM excluded).
+
+Two pipelines over the same candidates, in one invocation:
+- ours: `Evaluator` + `Profiler` as the session uses them: spare workers pre-warmed while "the LLM
+  thinks" (the bench waits until they are ready; that wait is not round time), build caches, lighter
+  headers in our inline examples. Each candidate gets a fresh nonce comment in its CUDA source, so it
+  is a new candidate to every cache (NVRTC disk cache, load_inline build dir, result cache): the
+  numbers are those of a new round, not of a cache hit. Afterwards the same candidate again: the
+  result- and profile-cache hit time.
+- naive: a fresh process per step (evaluation, then profile), no caches at all (empty NVRTC cache,
+  build dir, ncu metric-query cache per step), and for `inline` a KernelBench-style build
+  (`#include <torch/extension.h>` in the .cu). Two examples.
+
+Phases: spawn (process start, torch import, CUDA context; for a spare only what was left), build
+(task load, candidate build, ModelNew init), correctness (trials, kernel check, GPU-lock wait),
+timing, profile (the whole ncu run), total (eval wall + profile wall).
+
+Usage: python bench/round_latency.py [--ours relu,softmax,...] [--naive relu,softmax] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from cudaforge.engine.candidate import Candidate
+from cudaforge.engine.evaluator import EvalOptions, Evaluator
+from cudaforge.engine.profiler import Profiler
+from cudaforge.engine.profiling import NcuSettings
+from cudaforge.engine.results import EvalResult
+from cudaforge.engine.task import Task, load_task
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+PHASES = ("spawn", "build", "correctness", "timing", "profile", "total")
+
+
+def with_nonce(source: str) -> str:
+    """A new candidate to every cache: a unique comment as the first line of the CUDA source."""
+    nonce = f"// round {uuid.uuid4().hex}\n"
+    new, n = re.subn(r"((?:SOURCE|CUDA_SRC)\s*=\s*r?'''\n?)", lambda m: m.group(1) + nonce, source, count=1)
+    if n != 1:
+        raise ValueError("no SOURCE/CUDA_SRC = r''' string to tag")
+    return new
+
+
+def kernelbench_style(source: str) -> str:
+    """Our inline example with KernelBench's header: torch/extension.h instead of the light c10 headers."""
+    new, n = re.subn(r"#include <torch/types.h>\n(#include <c10/cuda/[^\n]+\n)+", "#include <torch/extension.h>\n"
+                     "#include <c10/cuda/CUDAGuard.h>\n#include <c10/cuda/CUDAStream.h>\n"
+                     "#include <c10/cuda/CUDAException.h>\n", source, count=1)
+    if n != 1:
+        raise ValueError("inline example without the expected header block")
+    return new
+
+
+class NaiveEvaluator(Evaluator):
+    """Fresh process per step and no caches: every step gets empty NVRTC and build cache dirs (the
+    GPU lock stays shared so GPU phases still never overlap)."""
+
+    def __init__(self, options: EvalOptions, scratch: Path) -> None:
+        super().__init__(replace(options, result_cache=False))
+        self.scratch = scratch
+
+    def _fresh(self) -> Path:
+        return Path(tempfile.mkdtemp(prefix="naive-", dir=self.scratch))
+
+    def worker_spec(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        spec = super().worker_spec(*args, **kwargs)
+        spec["cache_dir"] = str(self._fresh())
+        return spec
+
+    def worker_env(self) -> dict[str, str]:
+        env = super().worker_env()
+        fresh = self._fresh()
+        env["CUDAFORGE_NVRTC_CACHE"] = str(fresh / "nvrtc")
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(fresh / "inductor")
+        env["TORCH_EXTENSIONS_DIR"] = str(fresh / "torch_extensions")
+        return env
+
+    def prewarm(self) -> bool:
+        return False
+
+
+class NaiveProfiler(Profiler):
+    def _prepare(self, ncu: str, target: list[str]) -> Any:
+        from cudaforge.engine.profiling import prepare_profile
+
+        assert isinstance(self.evaluator, NaiveEvaluator)
+        return prepare_profile(target, settings=self.settings, ncu_path=ncu, chip=self.chip,
+                               cache_dir=self.evaluator._fresh() / "ncu")
+
+    def prewarm(self) -> bool:
+        return False
+
+
+def phase_row(result: EvalResult, eval_wall: float, profile_wall: float) -> dict[str, float]:
+    p = result.phases
+    named = {
+        "build": sum(p.get(k, 0.0) for k in ("load_task", "build", "init")),
+        "correctness": sum(p.get(k, 0.0) for k in ("correctness", "kernels", "gpu_wait")),
+        "timing": sum(p.get(k, 0.0) for k in ("timing", "compile_baseline")),
+    }
+    # Everything else of the evaluation's wall time is getting a worker to run: process and
+    # interpreter start, torch import, CUDA context, spare hand-over, result read-back.
+    named["spawn"] = max(0.0, eval_wall - sum(named.values()))
+    named["profile"] = profile_wall
+    named["total"] = eval_wall + profile_wall
+    return named
+
+
+async def wait_ready(*spares: Any, limit_s: float = 120.0) -> float:
+    start = time.perf_counter()
+    while time.perf_counter() - start < limit_s:
+        if all(s is None or s.ready() is not None or not s.alive() for s in spares):
+            break
+        await asyncio.sleep(0.05)
+    return time.perf_counter() - start
+
+
+async def one_round(ev: Evaluator, prof: Profiler, task: Task, cand: Candidate, prewarm: bool) -> dict[str, Any]:
+    warm_wait = 0.0
+    if prewarm:
+        ev.prewarm()
+        prof.prewarm()
+        warm_wait = await wait_ready(ev.spare, prof.spare)  # the LLM would be thinking now
+    t0 = time.perf_counter()
+    result = await ev.evaluate(task, cand)
+    eval_wall = time.perf_counter() - t0
+    if prewarm:
+        ev.prewarm()  # the next candidate's worker warms while this one is profiled
+    t1 = time.perf_counter()
+    profile = await prof.profile(task, cand)
+    profile_wall = time.perf_counter() - t1
+    row = phase_row(result, eval_wall, profile_wall)
+    return {"outcome": result.outcome, "message": result.message, "profile_ok": profile.ok,
+            "profile_error": profile.error_kind, "profile_message": profile.message[:200],
+            "kernels_profiled": len(profile.kernels), "phases": row, "worker_phases": result.phases,
+            "compile_s": result.compile.seconds if result.compile else None, "warm_wait_s": round(warm_wait, 2)}
+
+
+async def ours(tasks: list[str], fmt: str, options: EvalOptions, settings: NcuSettings,
+               concurrent: bool = False) -> list[dict[str, Any]]:
+    async def one(name: str, ev: Evaluator, prof: Profiler) -> dict[str, Any] | None:
+        path = EXAMPLES / name / f"{fmt}.py"
+        if not path.exists():
+            return None
+        task = load_task(EXAMPLES / name / "task.py")
+        cand = Candidate.from_source(with_nonce(path.read_text()), path=path)
+        row = await one_round(ev, prof, task, cand, prewarm=True)
+        t0 = time.perf_counter()
+        again = await ev.evaluate(task, cand)
+        again_profile = await prof.profile(task, cand)
+        row["cached_s"] = time.perf_counter() - t0
+        row["cached_hit"] = again.cached and again_profile.cached
+        row.update(task=name, format=fmt, pipeline="ours")
+        print(f"ours  {fmt:6s} {name:14s} {row['outcome']:10s} total {row['phases']['total']:6.2f} s "
+              f"(profile {row['phases']['profile']:.2f} s, ok={row['profile_ok']}) cached {row['cached_s']:.3f} s",
+              file=sys.stderr, flush=True)
+        return row
+
+    pairs = []
+    for _ in tasks if concurrent else [0]:
+        ev = Evaluator(options)
+        pairs.append((ev, Profiler(ev, settings)))
+    try:
+        if concurrent:  # inline: the examples' builds overlap (GPU phases still wait for the lock)
+            rows = await asyncio.gather(*(one(n, *pair) for n, pair in zip(tasks, pairs, strict=True)))
+        else:
+            rows = [await one(n, *pairs[0]) for n in tasks]
+    finally:
+        for ev, prof in pairs:
+            await ev.aclose()
+            await prof.aclose()
+    return [r for r in rows if r is not None]
+
+
+async def naive(tasks: list[str], fmt: str, options: EvalOptions, settings: NcuSettings,
+                scratch: Path) -> list[dict[str, Any]]:
+    async def one(name: str) -> dict[str, Any] | None:
+        path = EXAMPLES / name / f"{fmt}.py"
+        if not path.exists():
+            return None
+        source = path.read_text()
+        if fmt == "inline":
+            source = kernelbench_style(source)
+        ev = NaiveEvaluator(options, scratch)
+        prof = NaiveProfiler(ev, settings)
+        task = load_task(EXAMPLES / name / "task.py")
+        row = await one_round(ev, prof, task, Candidate.from_source(with_nonce(source), path=path), prewarm=False)
+        row.update(task=name, format=fmt, pipeline="naive")
+        print(f"naive {fmt:6s} {name:14s} {row['outcome']:10s} total {row['phases']['total']:6.2f} s",
+              file=sys.stderr, flush=True)
+        return row
+
+    # The examples run side by side (builds overlap on 16 cores; GPU phases wait for the shared lock).
+    rows = await asyncio.gather(*(one(n) for n in tasks))
+    return [r for r in rows if r is not None]
+
+
+def ninja_times(root: Path) -> list[dict[str, Any]]:
+    """Per-object compile seconds from the .ninja_log of every build dir under `root`."""
+    out = []
+    for log in root.rglob(".ninja_log"):
+        objs = {}
+        for line in log.read_text().splitlines()[1:]:
+            parts = line.split("\t")
+            if len(parts) >= 4:
+                objs[parts[3]] = (int(parts[1]) - int(parts[0])) / 1000
+        out.append({"dir": log.parent.name, "objects": objs})
+    return out
+
+
+def median_phases(rows: list[dict[str, Any]]) -> dict[str, float]:
+    return {p: statistics.median(r["phases"][p] for r in rows) for p in PHASES} if rows else {}
+
+
+def table(results: dict[str, list[dict[str, Any]]]) -> str:
+    out = ["| format | pipeline | n | " + " | ".join(f"{p} s" for p in PHASES) + " | naive/ours (total) | cached s |",
+           "| --- | --- | --- | " + " | ".join("---" for _ in PHASES) + " | --- | --- |"]
+    for fmt in ("nvrtc", "inline"):
+        o = [r for r in results.get("ours", []) if r["format"] == fmt]
+        n = [r for r in results.get("naive", []) if r["format"] == fmt]
+        mo, mn = median_phases(o), median_phases(n)
+        for name, rows, med in (("ours", o, mo), ("naive", n, mn)):
+            if not rows:
+                continue
+            ratio = f"{mn['total'] / mo['total']:.1f}×" if name == "naive" and mo and mn else ""
+            cached = f"{statistics.median(r['cached_s'] for r in rows):.3f}" if name == "ours" else ""
+            out.append(f"| {fmt} | {name} | {len(rows)} | " + " | ".join(f"{med[p]:.2f}" for p in PHASES)
+                       + f" | {ratio} | {cached} |")
+    out += ["", "| pipeline | format | task | outcome | profile | spawn | build | correctness | timing | profile s | "
+            "total s | cached s |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for pipeline in ("ours", "naive"):
+        for r in results.get(pipeline, []):
+            ph = r["phases"]
+            out.append(f"| {pipeline} | {r['format']} | {r['task']} | {r['outcome']} | "
+                       f"{'ok' if r['profile_ok'] else r['profile_error']} | " + " | ".join(
+                           f"{ph[p]:.2f}" for p in PHASES) + f" | {r.get('cached_s', float('nan')):.3f} |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ours", default="relu,softmax,layernorm,matmul,maxpool2d")
+    ap.add_argument("--ours-inline", default="relu,softmax")
+    ap.add_argument("--naive", default="relu,softmax")
+    ap.add_argument("--formats", default="nvrtc,inline")
+    ap.add_argument("--cache-dir", default="")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    cache = Path(args.cache_dir) if args.cache_dir else Path(tempfile.mkdtemp(prefix="cf-latency-cache-"))
+    options = EvalOptions(device="cuda", cache_dir=cache, result_cache=True)
+    settings = NcuSettings()
+    formats = [f for f in args.formats.split(",") if f]
+    scratch = Path(tempfile.mkdtemp(prefix="cf-naive-"))
+    results: dict[str, list[dict[str, Any]]] = {"ours": [], "naive": []}
+    start = time.perf_counter()
+    path = Path(args.json) if args.json else ROOT / "bench" / "results" / \
+        f"{datetime.date.today().isoformat()}-round_latency.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def dump() -> None:  # after every section, so a run cut short still leaves its numbers
+        path.write_text(json.dumps({"results": results}, indent=2, default=str))
+
+    async def run() -> None:
+        for fmt in formats:
+            names = (args.ours if fmt == "nvrtc" else args.ours_inline).split(",")
+            results["ours"] += await ours([n for n in names if n], fmt, options, settings,
+                                          concurrent=fmt == "inline")
+            dump()
+        for fmt in formats:
+            results["naive"] += await naive([n for n in args.naive.split(",") if n], fmt, options, settings, scratch)
+            dump()
+
+    asyncio.run(run())
+    builds = {"ours": ninja_times(cache / "extensions"), "naive": ninja_times(scratch),
+              "ccache": shutil.which("ccache")}
+    print(table(results))
+    print("\ninline build objects (s, from .ninja_log):")
+    for who in ("ours", "naive"):
+        for b in builds[who]:
+            print(f"  {who:5s} {b['dir'][:40]:40s} " + ", ".join(f"{k}: {v:.1f}" for k, v in b["objects"].items()))
+    print(f"ccache on PATH: {builds['ccache']}")
+    print(f"\nbench wall {time.perf_counter() - start:.0f} s")
+    path.write_text(json.dumps({"results": results, "builds": builds}, indent=2, default=str))
+    shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""Does the engine's speedup agree with an independent measurement, and does it repeat?
+
+For every example's nvrtc candidate: 5 engine evaluations (fresh each time: result cache off, a
+pre-warmed spare worker each time), then, in this process, `triton.testing.do_bench` (its L2 flush,
+`return_mode="median"`) of the reference and the candidate on the same inputs. Gates: the engine's
+median speedup agrees with do_bench's within 5 %, and the 5 engine measurements of the candidate's
+time spread by at most 3 % (max/min) when the kernel takes 50 µs or longer (shorter: reported only).
+
+Usage: python bench/timing_fidelity.py [--repeats 5] [--tasks relu,softmax] [--json OUT]
+Engine evaluations run first, do_bench last, so this process holds no CUDA context while the engine's
+workers time (it would be "another process on the GPU").
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import importlib.util
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from cudaforge.engine.candidate import load_candidate
+from cudaforge.engine.evaluator import EvalOptions, Evaluator
+from cudaforge.engine.task import load_task
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+AGREE = 0.05
+SPREAD = 1.03
+GATED_US = 50.0
+
+
+async def engine_runs(tasks: list[str], repeats: int, options: EvalOptions) -> dict[str, list[dict[str, Any]]]:
+    """Three evaluators take turns: the next ones' spares warm up while the current one evaluates
+    (in a session a spare warms while the LLM thinks); each spare runs one evaluation only. GPU work
+    never overlaps (per-GPU lock); a warming spare only imports torch and creates its context."""
+    evs = [Evaluator(options) for _ in range(3)]
+    evs[0].prewarm()
+    evs[1].prewarm()
+    out: dict[str, list[dict[str, Any]]] = {}
+    k = 0
+    try:
+        for name in tasks:
+            task = load_task(EXAMPLES / name / "task.py")
+            cand = load_candidate(EXAMPLES / name / "nvrtc.py")
+            rows = []
+            for i in range(repeats):
+                ev = evs[k % 3]
+                k += 1
+                evs[(k + 1) % 3].prewarm()
+                r = await ev.evaluate(task, cand, use_cache=False)
+                t = r.timing
+                rows.append({"outcome": r.outcome, "speedup": t.speedup if t else None,
+                             "ref_us": t.reference.median_ms * 1e3 if t else None,
+                             "cand_us": t.candidate.median_ms * 1e3 if t else None,
+                             "findings": [f"{f.severity}:{f.name}" for f in r.findings], "wall_s": ev.last_wall_s})
+                print(f"engine {name} #{i}: {r.outcome} {r.message} ({ev.last_wall_s:.1f} s)", file=sys.stderr,
+                      flush=True)
+            out[name] = rows
+    finally:
+        for ev in evs:
+            await ev.aclose()
+    return out
+
+
+def _import(path: Path, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def do_bench_speedup(name: str, seed: int) -> dict[str, float]:
+    """Reference and candidate medians from triton's do_bench, models built the engine's way."""
+    import torch
+    from triton.testing import do_bench
+
+    task = _import(EXAMPLES / name / "task.py", f"fid_task_{name}")
+    cand = _import(EXAMPLES / name / "nvrtc.py", f"fid_cand_{name}")
+    init = task.get_init_inputs()
+    torch.manual_seed(seed)
+    model = task.Model(*init).cuda().eval()
+    torch.manual_seed(seed)
+    model_new = cand.ModelNew(*init).cuda().eval()
+    with torch.no_grad():
+        new_state = model_new.state_dict()
+        for k, v in model.state_dict().items():
+            if k in new_state and new_state[k].shape == v.shape:
+                new_state[k].copy_(v)
+    torch.manual_seed(seed)
+    inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in task.get_inputs()]
+    with torch.no_grad():
+        ref_ms = do_bench(lambda: model(*inputs), warmup=25, rep=200, return_mode="median")
+        cand_ms = do_bench(lambda: model_new(*inputs), warmup=25, rep=200, return_mode="median")
+    return {"ref_us": ref_ms * 1e3, "cand_us": cand_ms * 1e3, "speedup": ref_ms / cand_ms}
+
+
+def summarize(engine: dict[str, list[dict[str, Any]]], bench: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+    rows = []
+    for name, runs in engine.items():
+        ok = [r for r in runs if r["speedup"] is not None]
+        if not ok:
+            rows.append({"task": name, "error": runs[0]["outcome"] if runs else "no runs"})
+            continue
+        speedups = [r["speedup"] for r in ok]
+        cand = [r["cand_us"] for r in ok]
+        eng = statistics.median(speedups)
+        db = bench.get(name, {})
+        agree = abs(eng / db["speedup"] - 1) if db else None
+        spread = max(cand) / min(cand)
+        gated = statistics.median(cand) >= GATED_US
+        rows.append({
+            "task": name, "engine_speedup": eng, "engine_speedups": speedups, "engine_cand_us": statistics.median(cand),
+            "engine_ref_us": statistics.median(r["ref_us"] for r in ok), "do_bench": db,
+            "agreement": agree, "agree_ok": agree is not None and agree <= AGREE,
+            "time_spread": spread, "speedup_spread": max(speedups) / min(speedups), "spread_gated": gated,
+            "spread_ok": (spread <= SPREAD) if gated else None, "runs": len(ok),
+            "findings": sorted({f for r in ok for f in r["findings"]}),
+        })
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    out = ["| task | engine speedup (median of 5) | do_bench speedup | agree | engine cand µs | do_bench cand µs | "
+           "time spread max/min | speedup spread | gated |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['task']} | {r['error']} | | | | | | | |")
+            continue
+        db = r["do_bench"]
+        agree = f"{r['agreement'] * 100:.1f} % {'ok' if r['agree_ok'] else 'MISS'}" if r["agreement"] is not None else "-"
+        spread = f"{(r['time_spread'] - 1) * 100:.1f} %"
+        gate = ("ok" if r["spread_ok"] else "MISS") if r["spread_gated"] else "not gated (<50 µs)"
+        out.append(f"| {r['task']} | {r['engine_speedup']:.3f}× | {db.get('speedup', 0):.3f}× | {agree} | "
+                   f"{r['engine_cand_us']:.1f} | {db.get('cand_us', 0):.1f} | {spread} | "
+                   f"{(r['speedup_spread'] - 1) * 100:.1f} % | {gate} |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--tasks", default="")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--cache-dir", default="")
+    args = ap.parse_args()
+    tasks = [t for t in args.tasks.split(",") if t] or sorted(p.parent.name for p in EXAMPLES.glob("*/nvrtc.py"))
+    options = EvalOptions(device="cuda")
+    if args.cache_dir:
+        options = EvalOptions(device="cuda", cache_dir=Path(args.cache_dir))
+    start = time.perf_counter()
+    engine = asyncio.run(engine_runs(tasks, args.repeats, options))
+    bench = {}
+    for name in tasks:
+        try:
+            bench[name] = do_bench_speedup(name, options.seed)
+        except Exception as exc:  # noqa: BLE001 - reported in the table, the others still run
+            print(f"do_bench {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    rows = summarize(engine, bench)
+    print(table(rows))
+    print(f"\n{len(tasks)} tasks × {args.repeats} engine runs + do_bench in {time.perf_counter() - start:.0f} s")
+    path = Path(args.json) if args.json else ROOT / "bench" / "results" / \
+        f"{datetime.date.today().isoformat()}-timing_fidelity.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"rows": rows, "engine": engine, "do_bench": bench}, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""Pre-warmed spare workers: a sandboxed worker started before it is needed, used for one job only.
+
+The spare runs `python -m cudaforge.engine.worker --spare WORKDIR DEVICE GPU` under the same
+supervisor as every worker (scrubbed environment, rlimits, subreaper sweep). It imports torch and the
+evaluation code, creates the CUDA context, writes `ready.json` and waits (phase "idle", with its own
+limit) for `job.json`. Submitting a job is writing that file; from then on the normal phase limits
+apply. A spare is never given a second job: the caller drops it after one use, whatever happened.
+Every live spare is also killed at interpreter exit, and the supervisor exits (killing its tree) when
+the app's process is gone, so no spare outlives the app.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .fsutil import atomic_write_json
+from .sandbox import SandboxHandle, kill_sandboxed, start_sandboxed
+
+DEFAULT_IDLE_S = 3600.0
+_LIVE: dict[int, Spare] = {}
+
+
+@dataclass
+class Spare:
+    """One started spare worker; `key` says what it was started for (argv, env, limits)."""
+
+    handle: SandboxHandle
+    workdir: Path
+    key: str
+    started: float = field(default_factory=time.monotonic)
+    used: bool = False
+
+    @property
+    def sandbox_dir(self) -> Path:
+        return self.workdir / "sandbox"
+
+    def alive(self) -> bool:
+        return self.handle.alive()
+
+    def ready(self) -> dict[str, Any] | None:
+        """What the spare wrote once warm (its pid, warm-up seconds); None while still warming."""
+        with contextlib.suppress(OSError, ValueError):
+            return json.loads((self.workdir / "ready.json").read_text())
+        return None
+
+    def submit(self, spec_path: Path) -> None:
+        """Hand the spare its one job (atomic write: it never reads half a file)."""
+        if self.used:
+            raise RuntimeError("a spare worker runs one job only")
+        self.used = True
+        atomic_write_json(self.workdir / "job.json", {"spec": str(spec_path)})
+
+    def kill(self, remove: bool = True) -> None:
+        _LIVE.pop(id(self), None)
+        kill_sandboxed(self.handle)
+        if remove:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def forget(self) -> None:
+        _LIVE.pop(id(self), None)
+
+
+def start_spare(*, key: str, prefix: Sequence[str], python: str, device: str, gpu: int, env: Mapping[str, str],
+                phase_limits: Mapping[str, float], default_limit_s: float, output_limit_bytes: int,
+                open_files: int, warm_limit_s: float, idle_limit_s: float = DEFAULT_IDLE_S,
+                label: str = "spare") -> Spare:
+    """Start a spare now and return at once (it warms up in the background)."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"cudaforge-{label}-"))
+    argv = [*prefix, python, "-m", "cudaforge.engine.worker", "--spare", str(workdir), device, str(gpu)]
+    limits = {**dict(phase_limits), "warm": float(warm_limit_s), "idle": float(idle_limit_s)}
+    handle = start_sandboxed(argv, workdir=workdir / "sandbox", env=env, phase_limits=limits,
+                             default_limit_s=default_limit_s, output_limit_bytes=output_limit_bytes,
+                             open_files=open_files)
+    spare = Spare(handle=handle, workdir=workdir, key=key)
+    _LIVE[id(spare)] = spare
+    return spare
+
+
+def live_spares() -> list[Spare]:
+    return list(_LIVE.values())
+
+
+@atexit.register
+def _kill_all_at_exit() -> None:
+    for spare in list(_LIVE.values()):
+        with contextlib.suppress(Exception):
+            spare.kill()
