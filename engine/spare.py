@@ -76,8 +76,6 @@ def start_spare(*, key: str, prefix: Sequence[str], python: str, device: str, gp
     """Start a spare now and return at once (it warms up in the background)."""
     workdir = Path(tempfile.mkdtemp(prefix=f"cudaforge-{label}-"))
     argv = [*prefix, python, "-m", "cudaforge.engine.worker", "--spare", str(workdir), device, str(gpu)]
-    if not prefix and device == "cuda":
-        argv.append("--cupti")  # warm CUPTI for the kernel check; never under ncu (one subscriber)
     limits = {**dict(phase_limits), "warm": float(warm_limit_s), "idle": float(idle_limit_s)}
     handle = start_sandboxed(argv, workdir=workdir / "sandbox", env=env, phase_limits=limits,
                              default_limit_s=default_limit_s, output_limit_bytes=output_limit_bytes,

@@ -1,6 +1,5 @@
 """Entry point of the worker process: `python -m cudaforge.engine.worker SPEC.json`, or
-`python -m cudaforge.engine.worker --spare WORKDIR DEVICE GPU [--cupti]` for a pre-warmed spare
-(`--cupti`: also start CUPTI, for evaluation spares that ncu does not wrap)."""
+`python -m cudaforge.engine.worker --spare WORKDIR DEVICE GPU` for a pre-warmed spare."""
 
 import sys
 
@@ -8,5 +7,5 @@ from .harness import main, spare_main
 
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "--spare":
-        sys.exit(spare_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), warm_cupti="--cupti" in sys.argv[5:]))
+        sys.exit(spare_main(sys.argv[2], sys.argv[3], int(sys.argv[4])))
     sys.exit(main(sys.argv[1:]))

@@ -169,15 +169,12 @@ def shift_distribution(inputs: list[Any], seed: int) -> list[Any]:
     """A second input distribution: scaled and offset, with a few large values mixed in."""
     import torch
 
-    gens: dict[str, Any] = {}
+    gen = torch.Generator(device="cpu").manual_seed(seed)
     out = []
     for x in inputs:
         if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 0:
             y = x.float() * 2.0 + 0.5
-            key = str(y.device)
-            if key not in gens:  # drawn where the tensor lives: no host-side pass over large inputs
-                gens[key] = torch.Generator(device=y.device).manual_seed(seed)
-            mask = torch.rand(y.shape, generator=gens[key], device=y.device) < 0.001
+            mask = torch.rand(y.shape, generator=gen).to(y.device) < 0.001
             y = torch.where(mask, y * 8.0, y)
             out.append(y.to(x.dtype))
         else:
@@ -189,20 +186,8 @@ def make_inputs(task: types.ModuleType, seed: int, device: Any, float_dtype: Any
     import torch
 
     torch.manual_seed(seed)
-    raw = None
-    if getattr(device, "type", "cpu") == "cuda":
-        # Draw on the GPU (its generator, seeded by the same manual_seed): a 32M-element randn takes
-        # microseconds there instead of ~0.3 s on the host plus the copy. A task whose get_inputs()
-        # cannot run under a CUDA default device falls back to the host draw, reseeded.
-        try:
-            with torch.device(device):
-                raw = task.get_inputs()
-        except Exception:
-            raw = None
-            torch.manual_seed(seed)
     try:
-        if raw is None:
-            raw = task.get_inputs()
+        raw = task.get_inputs()
     except Exception as exc:
         raise TaskFailure(f"get_inputs() raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(raw, (list, tuple)):
@@ -389,7 +374,7 @@ SPARE_JOB = "job.json"
 SPARE_READY = "ready.json"
 
 
-def spare_main(workdir: str, device: str, gpu: int, warm_cupti: bool = False) -> int:
+def spare_main(workdir: str, device: str, gpu: int) -> int:
     """A pre-warmed spare: start Python, import torch and the evaluation code, create the CUDA
     context, then wait for `job.json` in `workdir` and run that one job (never a second).
 
@@ -413,15 +398,6 @@ def spare_main(workdir: str, device: str, gpu: int, warm_cupti: bool = False) ->
             from .. import nvrtc
 
             nvrtc._driver()
-            if warm_cupti:
-                # The kernel check's first torch.profiler session loads and starts CUPTI (~3 s on an
-                # H200); do it now, while the LLM thinks. Never in a spare that ncu wraps: CUPTI
-                # allows one subscriber.
-                from torch.profiler import ProfilerActivity, profile
-
-                with profile(activities=[ProfilerActivity.CUDA]):
-                    torch.zeros(1, device=f"cuda:{gpu}").add_(1)
-                    torch.cuda.synchronize()
     ready = {"pid": os.getpid(), "warm_s": round(time.perf_counter() - warm_start, 4), "device": device}
     write_result(root / SPARE_READY, ready)
     phase("idle")
