@@ -5,6 +5,7 @@ the review-mode decisions. (Crash/resume and batches: tests/test_session_resume.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -141,7 +142,7 @@ async def test_stop_on_token_cap(server: ScriptedLLMServer, cache_dir: Path, tmp
 
 
 async def test_stop_on_wall_time(server: ScriptedLLMServer, cache_dir: Path, tmp_path: Path) -> None:
-    server.push(coder_reply(CORRECT + f"\n# {tmp_path.name}: a new text, so no cached result short-cuts it\n"))
+    server.push(coder_reply(CORRECT + f"\n# {time.time_ns()}: a new text, so no cached result short-cuts it\n"))
     session, events = _run(server, cache_dir, tmp_path, **{"session.rounds": 5, "session.mode": "auto",
                                                             "budget.wall_minutes": 0.005})
     stopped = await session.run()  # 0.3 s: round 1 starts in time, its evaluation takes longer

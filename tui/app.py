@@ -1,0 +1,727 @@
+"""cudaforge-tui: the workbench App. It owns the engine Session as an asyncio task in its own loop
+(the engine's heavy work runs in worker processes), turns every Session event into an EngineEvent
+message, and answers the Session's decision points through a QueueDriver from the decision bar.
+
+Entry point: `main()` (the `cudaforge-tui` script); argument parsing lives in cli.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from cudaforge.engine.config import Config, load_config
+from cudaforge.engine.errors import CudaforgeError
+from cudaforge.engine.session import (
+    CandidateEvaluated,
+    Decision,
+    DecisionNeeded,
+    Event,
+    Notice,
+    QueueDriver,
+    Reverted,
+    RoundFinished,
+    RoundStarted,
+    RunStore,
+    Session,
+    SessionStarted,
+    SessionStopped,
+    create_session,
+    resume_session,
+)
+from cudaforge.tui.cli import LaunchSpec, parse_args
+from cudaforge.tui.commands import WorkbenchCommands
+from cudaforge.tui.format import failing_source_line, fmt_speedup
+from cudaforge.tui.keymap import bindings, check_keymap, effective_keys
+from cudaforge.tui.latency import LatencyProbe
+from cudaforge.tui.messages import DecisionChosen, EngineEvent, RoundSelected, SessionEnded
+from cudaforge.tui.model import RoundView, RunModel
+from cudaforge.tui.screens.confirm import ConfirmScreen
+from cudaforge.tui.screens.help import HelpScreen
+from cudaforge.tui.screens.settings import SettingsScreen
+from cudaforge.tui.widgets.chart import SpeedupChart
+from cudaforge.tui.widgets.compiler import CompilerPane
+from cudaforge.tui.widgets.correctness import CorrectnessPane
+from cudaforge.tui.widgets.decision import DecisionBar
+from cudaforge.tui.widgets.judge import JudgePane
+from cudaforge.tui.widgets.log import LogPane
+from cudaforge.tui.widgets.metrics import MetricsPane
+from cudaforge.tui.widgets.rounds import RoundsPane
+from cudaforge.tui.widgets.source import DIFF_MODES, SourcePane
+from cudaforge.tui.widgets.status import StatusBar
+from rich.text import Text
+from textual import events
+from textual.app import App, ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Footer, Static, TabbedContent, TabPane
+
+TABS = {"source": "tab-source", "compiler": "tab-compiler", "correctness": "tab-correctness",
+        "metrics": "tab-metrics", "judge": "tab-judge", "log": "tab-log"}
+
+MANUAL_TEMPLATE = '''"""Your candidate for round {round}: a ModelNew with Model's constructor and forward signature,
+running your own kernels (CPU device: C++ through load_inline(cpp_sources=...); CUDA: nvrtc or inline)."""
+import torch
+import torch.nn as nn
+'''
+
+
+class WorkbenchApp(App[int]):
+    """The workbench. Construct with a LaunchSpec (what the command line asked for)."""
+
+    CSS_PATH = "cudaforge.tcss"
+    TITLE = "cudaforge"
+    BINDINGS = bindings()
+    COMMANDS = App.COMMANDS | {WorkbenchCommands}
+
+    def __init__(self, spec: LaunchSpec, *, env: dict[str, str] | None = None, system_stats: bool = True,
+                 cwd: Path | None = None) -> None:
+        super().__init__()
+        self.spec = spec
+        self.env = env
+        self.cwd = cwd or Path.cwd()
+        self.system_stats = system_stats
+        self.model = RunModel(read_only=spec.open_run is not None)
+        self.driver = QueueDriver()
+        self.session: Session | None = None
+        self.session_task: asyncio.Task[None] | None = None
+        self.config: Config | None = None
+        self.write_path = Path(spec.config_file) if spec.config_file else self.cwd / "cudaforge.toml"
+        self.selected: int | None = None
+        self.keys: dict[str, str] = effective_keys({})
+        self.latency = LatencyProbe()
+        self.banner_text = ""
+        self.exit_code = 0
+        self._answered: DecisionNeeded | None = None  # the request we already answered (no double answers)
+
+    # ---- layout -------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Static("", id="banner")
+        with Horizontal(id="main"):
+            with Vertical(id="left"):
+                yield RoundsPane(id="rounds")
+                yield SpeedupChart("", id="chart")
+            with TabbedContent(id="panes", initial=TABS["source"]):
+                with TabPane("Source", id=TABS["source"]):
+                    yield SourcePane(id="source")
+                with TabPane("Compiler", id=TABS["compiler"]):
+                    yield CompilerPane(id="compiler")
+                with TabPane("Correctness", id=TABS["correctness"]):
+                    yield CorrectnessPane(id="correctness")
+                with TabPane("NCU", id=TABS["metrics"]):
+                    yield MetricsPane(id="metrics")
+                with TabPane("Judge", id=TABS["judge"]):
+                    yield JudgePane(id="judge")
+                with TabPane("Log", id=TABS["log"]):
+                    yield LogPane(id="log")
+        yield DecisionBar(id="decision")
+        yield StatusBar(self.system_stats, id="status")
+        yield Footer()
+
+    # typed accessors
+    @property
+    def source_pane(self) -> SourcePane:
+        return self.query_one(SourcePane)
+
+    @property
+    def judge_pane(self) -> JudgePane:
+        return self.query_one(JudgePane)
+
+    @property
+    def log_pane(self) -> LogPane:
+        return self.query_one(LogPane)
+
+    # ---- start-up -----------------------------------------------------------------------------
+    def on_mount(self) -> None:
+        self.query_one(DecisionBar).display = False
+        self.query_one("#banner").display = False
+        self.set_interval(1.0, self._tick)
+        self.query_one(RoundsPane).focus()
+        self._load_config()
+        if self.spec.open_run is not None:
+            self._open_run(Path(self.spec.open_run))
+        elif self.config is not None or self.spec.resume is not None:
+            self.session_task = asyncio.create_task(self._drive())
+        self._refresh_all()
+
+    def _load_config(self) -> None:
+        """Configuration errors are shown, not raised: the app opens so the person can read them."""
+        overrides = {"eval.device": self.spec.device, "eval.gpu": self.spec.gpu, "session.rounds": self.spec.rounds,
+                     "run.folder": self.spec.run_root}
+        try:
+            self.config = load_config(self.spec.config_file, overrides, cwd=self.cwd,
+                                      use_user_config=self.spec.use_user_config)
+        except CudaforgeError as exc:
+            self._error(exc.message)
+            return
+        keymap, problems = check_keymap(dict(self.config.section("keymap")))
+        for problem in problems:
+            self._log(problem, "warning")
+        if keymap:
+            self.set_keymap(keymap)
+        self.keys = effective_keys(keymap)
+
+    def _open_run(self, path: Path) -> None:
+        """--open: every round of a saved run, read-only; no session, no decisions."""
+        try:
+            store = RunStore.open(path, read_only=True)
+            manifest = store.manifest
+            records = store.rounds()
+        except CudaforgeError as exc:
+            self._error(exc.message)
+            return
+        except (OSError, ValueError) as exc:
+            self._error(f"{path}: cannot read the run folder ({exc})")
+            return
+        state = store.state
+        m = self.model
+        m.run_id, m.run_dir, m.task_path = store.run_id, str(path), str(manifest.get("task_path", ""))
+        m.mode = str(state.get("mode") or manifest.get("mode", ""))
+        m.total_rounds = int((manifest.get("config") or {}).get("session", {}).get("rounds", 0)) or len(records)
+        gpu = manifest.get("gpu") or {}
+        m.gpu_name = str(gpu.get("name") or ("CPU" if gpu.get("device") == "cpu" else ""))
+        m.load_records(records)
+        m.current_round = m.latest()
+        m.dollars = sum(r.cost_usd for r in records)
+        m.tokens = sum(r.tokens for r in records)
+        self.selected = m.latest()
+        self._log(f"opened {path} read-only: {len(records)} round(s), status {state.get('status', '?')}"
+                  + (f" ({state.get('stop_message')})" if state.get("stop_message") else ""))
+        self._banner(f"Browsing {store.run_id} read-only. Select a round in the tree; every pane shows it.")
+
+    async def _drive(self) -> None:
+        """Build the Session (in a thread: task loading imports torch) and run it in this loop."""
+        spec = self.spec
+        hook = self._post_event
+        try:
+            if spec.resume is not None:
+                overrides = {"session.rounds": spec.rounds} if spec.rounds else None
+                session = await asyncio.to_thread(resume_session, spec.resume, overrides=overrides, driver=self.driver,
+                                                  on_event=hook, mode=spec.mode, env=self.env)
+            else:
+                assert self.config is not None and spec.task is not None
+                session = await asyncio.to_thread(create_session, spec.task, self.config, driver=self.driver,
+                                                  on_event=hook, mode=spec.mode, env=self.env)
+        except CudaforgeError as exc:
+            self.post_message(SessionEnded(exc.message, error=True))
+            return
+        except Exception as exc:  # an engine bug while building: a message, not a traceback
+            self.post_message(SessionEnded(f"could not start the session: {exc!r}", error=True))
+            return
+        self.session = session
+        try:
+            stopped = await session.run()
+            self.post_message(SessionEnded(stopped.message, error=stopped.reason == "error"))
+        finally:
+            close = getattr(session.evaluator, "aclose", None)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(close())
+
+    def _post_event(self, event: Event) -> None:
+        """The Session's on_event hook: only posts; widgets change in the message handler."""
+        self.post_message(EngineEvent(event))
+
+    # ---- engine events --------------------------------------------------------------------------
+    def on_engine_event(self, message: EngineEvent) -> None:
+        event = message.event
+        changed = self.model.apply(event)
+        match event:
+            case SessionStarted():
+                self._log(f"session {event.run_id} in {event.run_dir} ({event.mode} mode, {event.rounds} rounds)"
+                          + (", resumed" if event.resumed else ""))
+                if event.notice:
+                    self._banner(event.notice)
+                    self._log(event.notice)
+                if event.resumed:
+                    self._load_costs()
+                self._load_gpu_name()
+            case RoundStarted() if not event.replayed:
+                self.selected = event.round
+                self._log(f"round {event.round}: {event.kind}"
+                          + (f", building on round {event.parent}" if event.parent is not None else ""))
+            case DecisionNeeded():
+                self._answered = None
+                self.selected = event.round
+                self._open_tab("source" if event.point == "candidate" else "judge")
+                self._log(f"round {event.round} waits for a decision on the {event.point}")
+            case CandidateEvaluated() if not event.replayed:
+                r = event.result
+                self._log(f"round {event.round}: {r.outcome}" + (f", {fmt_speedup(r.speedup)}" if r.accepted else "")
+                          + (f" — {r.message}" if r.message and not r.accepted else "")
+                          + (" (cached result)" if event.cached else ""),
+                          "info" if r.accepted else "warning")
+            case RoundFinished():
+                self._load_costs(event.round)
+                if event.replayed:
+                    self.selected = event.round
+            case Reverted():
+                self._log(f"next round builds on round {event.to_round}: {event.reason}", "warning")
+            case Notice():
+                self._log(event.text, event.level)
+                if event.level != "info":
+                    self.notify(event.text, severity="error" if event.level == "error" else "warning", timeout=8)
+            case SessionStopped():
+                self._log(f"session stopped ({event.reason}): {event.message}", "warning" if event.reason not in (
+                    "max_rounds", "target_speedup", "plateau") else "info")
+                if event.resumable and self.model.run_dir:
+                    self._log(f"resume with: cudaforge-tui --resume {self.model.run_dir}")
+            case _:
+                pass
+        self._refresh_all(changed)
+
+    def on_session_ended(self, message: SessionEnded) -> None:
+        if message.error and self.query("#banner"):
+            self._error(message.message)
+        self._refresh_all()
+
+    def _load_gpu_name(self) -> None:
+        """The device named in the run's manifest (results name the GPU too, once one exists)."""
+        if self.model.gpu_name or not self.model.run_dir:
+            return
+        with contextlib.suppress(OSError, ValueError, CudaforgeError):
+            gpu = RunStore(Path(self.model.run_dir), read_only=True).manifest.get("gpu") or {}
+            self.model.gpu_name = str(gpu.get("name") or ("CPU" if gpu.get("device") == "cpu" else ""))
+
+    def _load_costs(self, only: int | None = None) -> None:
+        """Per-round tokens and dollars come from the run folder's call log (events carry totals only)."""
+        if not self.model.run_dir:
+            return
+        try:
+            store = RunStore(Path(self.model.run_dir), read_only=True)
+            numbers = [only] if only is not None else list(self.model.rounds)
+            calls = store.calls()
+            for n in numbers:
+                rec = store.load_round(n, calls)
+                view = self.model.ensure(n)
+                view.cost_usd, view.tokens = rec.cost_usd, rec.tokens
+        except (OSError, ValueError, CudaforgeError) as exc:
+            self._log(f"could not read round costs: {exc}", "warning")
+
+    # ---- drawing --------------------------------------------------------------------------------
+    def _refresh_all(self, changed: set[int] | None = None) -> None:
+        if not self.query(RoundsPane):
+            return  # a late event while the app shuts down: the model is updated, nothing to draw
+        m = self.model
+        if self.selected is None:
+            self.selected = m.latest()
+        self.query_one(RoundsPane).show_model(m, self.selected)
+        self.query_one(SpeedupChart).show(m.speedups(), m.best_round)
+        self.query_one(StatusBar).show(m)
+        self.query_one(DecisionBar).show(m.pending if self._answered is None else None, self.keys,
+                                         self._edited(), manual=m.mode == "manual")
+        if changed is None or self.selected in changed:
+            self._show_round(self.selected)
+
+    def _show_round(self, n: int | None) -> None:
+        view = self.model.get(n)
+        self._show_source(view)
+        compiler = self.query_one(CompilerPane)
+        compiler.show(view.result if view else None, view.coder_error if view else None)
+        self.query_one(CorrectnessPane).show(view.result if view else None)
+        self._show_metrics(view)
+        self._show_judge(view)
+
+    def _show_source(self, view: RoundView | None) -> None:
+        header = Text()
+        if view is None:
+            header.append("no round selected" if self.model.rounds else "no rounds yet", style="dim")
+            self.source_pane.show(None, "", header)
+            return
+        header.append(f"round {view.round} · {view.kind}", style="bold")
+        if view.format:
+            header.append(f" · {view.format}")
+        if view.origin:
+            header.append(f" · written by {'the Coder' if view.origin == 'coder' else 'you'}"
+                          + (" (edited)" if view.origin == "edited" else ""))
+        pending = self.model.pending
+        if pending is not None and pending.round == view.round and pending.point == "candidate":
+            header.append("  DRAFT: approve, edit or regenerate", style="bold yellow")
+        elif view.candidate_is_draft:
+            header.append("  draft", style="yellow")
+        if view.coder_error:
+            header.append(f"  Coder failed: {view.coder_error}", style="red")
+        if view.explanation:
+            header.append(f"\n{view.explanation.strip()[:300]}", style="dim")
+        self.source_pane.show(view.round, view.candidate, header)
+        result = view.result
+        if result is not None and result.outcome == "compile_error" and result.compile and view.candidate:
+            line = failing_source_line(result.compile.log, view.candidate)
+            if line is not None and not self.source_pane.editing:
+                self.source_pane.highlight_line(line)
+        if self.source_pane.diff_mode != "off":
+            self._apply_diff(self.source_pane.diff_mode)
+
+    def _show_metrics(self, view: RoundView | None) -> None:
+        pane = self.query_one(MetricsPane)
+        if view is None:
+            pane.show(None, None, None, None, ("prev", "best"))
+            return
+        parent = self.model.get(view.parent)
+        best = self.model.get(self.model.best_round) if self.model.best_round != view.round else None
+        reason = ""
+        if view.profile is None:
+            if view.result is not None and view.result.device == "cpu":
+                reason = "no NCU profile: this round ran on the CPU device (profiling needs CUDA and ncu)"
+            elif view.result is not None and not view.result.accepted:
+                reason = f"no NCU profile: the candidate was not accepted ({view.result.outcome})"
+        pane.show(view.profile, view.analysis, parent.profile if parent else None, best.profile if best else None,
+                  (f"r{view.parent}" if parent else "prev", f"best r{self.model.best_round}" if best else "best"),
+                  reason)
+
+    def _show_judge(self, view: RoundView | None) -> None:
+        header = Text()
+        pending = self.model.pending
+        if view is None:
+            self.judge_pane.show(None, "", Text("no round selected", style="dim"))
+            return
+        if view.recommendation is None:
+            header.append(f"round {view.round}: no recommendation" + (" (seed rounds start without one)"
+                                                                      if view.parent is None else ""), style="dim")
+        else:
+            header.append(f"round {view.round} · Judge on round {view.subject_round} · {view.judge_mode} · "
+                          f"{view.judge_source}", style="bold")
+        if pending is not None and pending.round == view.round and pending.point == "recommendation":
+            header.append("  DRAFT: approve, edit (e), write your own (w), regenerate or branch", style="bold yellow")
+        self.judge_pane.show(view.round, view.recommendation, header)
+
+    def _tick(self) -> None:
+        for bar in self.query(StatusBar):  # none while the app shuts down
+            bar.show(self.model)
+
+    def _log(self, text: str, level: str = "info") -> None:
+        for pane in self.query(LogPane):  # none while the app shuts down
+            pane.add(text, level)
+
+    def _banner(self, text: str) -> None:
+        self.banner_text = text
+        banner = self.query_one("#banner", Static)
+        banner.update(Text(text))
+        banner.display = bool(text)
+
+    def _error(self, text: str) -> None:
+        """Errors are values: a banner, a toast and a log line; never a traceback."""
+        self.exit_code = 2
+        self._banner("Error: " + text)
+        self.query_one("#banner").add_class("error")
+        self._log(text, "error")
+        self.notify(text, severity="error", timeout=15)
+
+    def _open_tab(self, name: str) -> None:
+        self.query_one(TabbedContent).active = TABS[name]
+
+    def _edited(self) -> bool:
+        pending = self.model.pending
+        if pending is None:
+            return False
+        pane = self.source_pane if pending.point == "candidate" else self.judge_pane
+        return pane.round == pending.round and pane.changed
+
+    # ---- messages from widgets ------------------------------------------------------------------
+    def on_round_selected(self, message: RoundSelected) -> None:
+        self.selected = message.round
+        self._show_round(message.round)
+
+    def on_decision_chosen(self, message: DecisionChosen) -> None:
+        self.run_worker(self.run_action(message.action), exclusive=False)
+
+    def on_text_area_changed(self) -> None:
+        if not self.query(DecisionBar):
+            return  # a late Changed while the app shuts down
+        self.query_one(DecisionBar).show(self.model.pending if self._answered is None else None, self.keys,
+                                         self._edited(), manual=self.model.mode == "manual")
+
+    async def on_event(self, event: events.Event) -> None:
+        """Time every key from its creation to the refresh after it was handled (the latency probe)."""
+        await super().on_event(event)
+        if isinstance(event, events.Key):
+            self.call_after_refresh(self.latency.record, event.key, event.time)
+
+    # ---- decisions ------------------------------------------------------------------------------
+    def _pending(self, point: str | None = None) -> DecisionNeeded | None:
+        pending = self.model.pending
+        if pending is None or self._answered is pending:
+            return None
+        if point is not None and pending.point != point:
+            return None
+        return pending
+
+    def _answer(self, decision: Decision) -> None:
+        pending = self._pending()
+        if pending is None:
+            self.notify("the engine is not waiting for a decision", severity="warning")
+            return
+        if decision.action not in pending.options:
+            self.notify(f"'{decision.action}' is not possible here ({', '.join(pending.options)})",
+                        severity="warning")
+            return
+        self._answered = pending
+        self.source_pane.stop_editing()
+        self.judge_pane.stop_editing()
+        self.driver.answer(decision)
+        self._log(f"round {pending.round}: {decision.action} the {pending.point}"
+                  + (f" (branch from round {decision.round})" if decision.round is not None else ""))
+        self.query_one(DecisionBar).show(None, self.keys, False, False)
+
+    def action_approve(self) -> None:
+        pending = self._pending()
+        if pending is None:
+            self.notify("nothing to approve: the engine is not waiting", severity="warning")
+            return
+        if pending.point == "candidate":
+            pane = self.source_pane
+            if pane.round == pending.round and (pane.changed or "approve" not in pending.options):
+                if not pane.text.strip():
+                    self.notify("the candidate is empty: edit one in first (e)", severity="error")
+                    return
+                self._answer(Decision("edit", text=pane.text))
+            else:
+                self._answer(Decision("approve"))
+        else:
+            judge = self.judge_pane
+            if judge.round == pending.round and judge.changed:
+                self._answer(Decision("edit", text=judge.text))
+            else:
+                self._answer(Decision("approve"))
+
+    def action_edit(self) -> None:
+        pending = self._pending()
+        if pending is None:
+            self.notify("nothing to edit now: the engine is not waiting for a decision", severity="warning")
+            return
+        self.selected = pending.round
+        self._show_round(pending.round)
+        if pending.point == "candidate":
+            self._open_tab("source")
+            start = None if self.source_pane.text.strip() else MANUAL_TEMPLATE.format(round=pending.round)
+            self.source_pane.start_editing(start)
+        else:
+            self._open_tab("judge")
+            self.judge_pane.start_editing()
+        self.on_text_area_changed()
+
+    def action_write_own(self) -> None:
+        if self._pending("recommendation") is None:
+            self.notify("the Judge's recommendation is not waiting for a decision", severity="warning")
+            return
+        self._open_tab("judge")
+        self.judge_pane.start_editing("")
+
+    async def action_external_editor(self) -> None:
+        """Edit the waiting draft in $VISUAL/$EDITOR: the app suspends and comes back."""
+        pending = self._pending()
+        if pending is None:
+            self.notify("nothing to edit now: the engine is not waiting for a decision", severity="warning")
+            return
+        editor = os.environ.get("VISUAL") or os.environ.get("EDITOR")
+        if not editor:
+            self.notify("set $VISUAL or $EDITOR to edit in your editor; e edits in place", severity="error")
+            return
+        pane = self.source_pane if pending.point == "candidate" else self.judge_pane
+        text = pane.text or (MANUAL_TEMPLATE.format(round=pending.round) if pending.point == "candidate" else "")
+        suffix = ".py" if pending.point == "candidate" else ".md"
+        with tempfile.NamedTemporaryFile("w", suffix=suffix, prefix=f"cudaforge-r{pending.round}-", delete=False,
+                                         encoding="utf-8") as fh:
+            fh.write(text)
+            path = Path(fh.name)
+        try:
+            with self.suspend():
+                code = subprocess.call([*shlex.split(editor), str(path)])
+            new = path.read_text(encoding="utf-8")
+        except Exception as exc:  # SuspendNotSupported (headless), a missing editor binary, ...
+            self.notify(f"could not run the editor ({editor}): {exc or type(exc).__name__}", severity="error")
+            return
+        finally:
+            path.unlink(missing_ok=True)
+        if code != 0:
+            self.notify(f"{editor} exited with status {code}; the text is unchanged", severity="warning")
+            return
+        self._open_tab("source" if pending.point == "candidate" else "judge")
+        pane.replace_text(new)
+        self._log(f"round {pending.round}: {pending.point} edited in {editor}")
+        self.on_text_area_changed()
+
+    def action_regenerate(self) -> None:
+        self._answer(Decision("regenerate"))
+
+    def action_branch(self) -> None:
+        target = self.selected
+        if target is None:
+            self.notify("select the round to branch from in the tree first", severity="warning")
+            return
+        if self.model.read_only or self.session is None:
+            self.notify("branching needs a live session (this run is read-only)", severity="warning")
+            return
+        pending = self._pending("recommendation")
+        if pending is not None and "branch" in pending.options:
+            if target >= pending.round:
+                self.notify(f"branch from an earlier round than {pending.round}", severity="warning")
+                return
+            self._answer(Decision("branch", round=target))
+            return
+        try:
+            self.session.request_branch(target)
+        except ValueError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self._log(f"the next round builds on round {target}")
+        self.notify(f"the next round builds on round {target}")
+
+    def action_stop(self) -> None:
+        if self._pending() is not None and "stop" in (self.model.pending.options if self.model.pending else ()):
+            self._answer(Decision("stop"))
+        elif self.session is not None and self.model.stopped is None:
+            self.session.request_stop()
+            self._log("stop requested: the session stops after the step in flight")
+        else:
+            self.notify("no running session to stop", severity="warning")
+
+    def action_pause(self) -> None:
+        if self.session is None or self.model.mode != "auto":
+            self.notify("pause is for auto mode (review mode asks at every decision point)", severity="warning")
+            return
+        self.session.request_pause()
+        self._log("pause requested: review mode from the next decision point")
+
+    def action_leave_editor(self) -> None:
+        if self.source_pane.editing:
+            self.source_pane.stop_editing()
+        if self.judge_pane.editing:
+            self.judge_pane.stop_editing()
+        self.on_text_area_changed()
+
+    # ---- views ----------------------------------------------------------------------------------
+    def action_diff(self) -> None:
+        mode = DIFF_MODES[(DIFF_MODES.index(self.source_pane.diff_mode) + 1) % len(DIFF_MODES)]
+        self._open_tab("source")
+        self._apply_diff(mode)
+
+    def _apply_diff(self, mode: str) -> None:
+        view = self.model.get(self.selected)
+        other: RoundView | None = None
+        if view is not None and mode == "previous":
+            other = self.model.get(view.parent)
+        elif view is not None and mode == "best":
+            other = self.model.get(self.model.best_round)
+        if mode != "off" and (other is None or other.candidate is None or view is None):
+            self.source_pane.set_diff("off", None, None, "")
+            if mode == "previous":
+                self.notify("this round has no earlier round to compare with; d again for the best round")
+                self.source_pane.diff_mode = "previous"
+            return
+        label = f"round {other.round}" if other else ""
+        self.source_pane.set_diff(mode, other.candidate if other else None, self.source_pane.text, label)
+
+    def _jump(self, step: int) -> None:
+        self._open_tab("compiler")
+        compiler = self.query_one(CompilerPane)
+        line = compiler.jump(step)
+        view = self.model.get(self.selected)
+        if line is None or view is None or not view.candidate:
+            return
+        rest = compiler.log_text.split(line, 1)
+        where = failing_source_line(line + (rest[1] if len(rest) > 1 else ""), view.candidate)
+        if where is not None:
+            self.source_pane.highlight_line(where)
+            self.notify(f"failing line {where + 1} of the candidate is selected in the Source pane", timeout=3)
+
+    def action_next_error(self) -> None:
+        self._jump(+1)
+
+    def action_prev_error(self) -> None:
+        self._jump(-1)
+
+    def action_show_rounds(self) -> None:
+        self.query_one(RoundsPane).focus()
+
+    def _show_tab(self, name: str) -> None:
+        self._open_tab(name)
+        target = {"source": "#source-editor", "judge": "#judge", "log": "#log", "compiler": "#compiler-scroll",
+                  "correctness": "#correctness", "metrics": "#metrics"}[name]
+        with contextlib.suppress(Exception):
+            self.query_one(target).focus()
+
+    def action_show_source(self) -> None:
+        self._show_tab("source")
+
+    def action_show_compiler(self) -> None:
+        self._show_tab("compiler")
+
+    def action_show_correctness(self) -> None:
+        self._show_tab("correctness")
+
+    def action_show_metrics(self) -> None:
+        self._show_tab("metrics")
+
+    def action_show_judge(self) -> None:
+        self._show_tab("judge")
+
+    def action_show_log(self) -> None:
+        self._show_tab("log")
+
+    def action_latest(self) -> None:
+        self.selected = self.model.latest()
+        self._refresh_all()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.keys))
+
+    def action_settings(self) -> None:
+        config = self.config or load_config(None, use_user_config=False, cwd=Path(tempfile.gettempdir()))
+        self.push_screen(SettingsScreen(config, self.write_path), self._settings_closed)
+
+    def _settings_closed(self, saved: bool | None) -> None:
+        if saved:
+            self._log(f"settings saved to {self.write_path}; they apply to the next session")
+            self.notify(f"saved to {self.write_path}")
+            with contextlib.suppress(CudaforgeError):
+                self.config = load_config(self.spec.config_file, cwd=self.cwd,
+                                          use_user_config=self.spec.use_user_config)
+
+    # ---- quitting -------------------------------------------------------------------------------
+    async def action_quit(self) -> None:
+        if self.session_task is not None and not self.session_task.done() and self.model.busy:
+            step = f"{self.model.phase} in round {self.model.phase_round}"
+            question = (f"A round is running ({step}). Quit and discard the step in flight?\n"
+                        f"The run folder stays resumable: cudaforge-tui --resume {self.model.run_dir}")
+            self.push_screen(ConfirmScreen(question), self._quit_confirmed)
+            return
+        await self.shutdown()
+
+    async def _quit_confirmed(self, yes: bool | None) -> None:
+        if yes:
+            await self.shutdown()
+
+    async def shutdown(self) -> None:
+        """Cancel the Session (it records 'cancelled' and closes its run folder), then exit."""
+        task = self.session_task
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(task, timeout=30)
+        self.exit(self.exit_code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`cudaforge-tui`: usage errors exit 2 before the app starts; everything else is shown in the app."""
+    spec = parse_args(sys.argv[1:] if argv is None else argv)
+    if isinstance(spec, int):
+        return spec
+    app = WorkbenchApp(spec)
+    code = app.run()
+    if os.environ.get("CUDAFORGE_TUI_LATENCY"):
+        print(app.latency.summary(), file=sys.stderr)
+    if app.model.run_dir and not app.model.read_only:
+        print(f"run folder: {app.model.run_dir}  (resume: cudaforge-tui --resume {app.model.run_dir})",
+              file=sys.stderr)
+    return code if isinstance(code, int) else app.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

@@ -1,0 +1,230 @@
+"""The UI's picture of a run: rounds, totals and the live phase, built from engine events or a run folder.
+
+Widgets never read engine objects directly; the App folds every event into a RunModel (pure data,
+no Textual) and then asks each pane to show the selected round from it. The same model is filled
+from `RunStore.rounds()` for a read-only `--open`, so browsing and live sessions render alike.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from cudaforge.engine.results import EvalResult
+from cudaforge.engine.session import (
+    CandidateEvaluated,
+    CandidateProposed,
+    CoderFailed,
+    DecisionMade,
+    DecisionNeeded,
+    Event,
+    JudgeRecommended,
+    ModeChanged,
+    Notice,
+    PhaseChanged,
+    ProfileReady,
+    Reverted,
+    RoundFinished,
+    RoundRecord,
+    RoundStarted,
+    SessionStarted,
+    SessionStopped,
+    UsageUpdated,
+)
+
+BUSY_PHASES = ("thinking", "compiling", "verifying", "timing", "profiling", "judging")
+
+
+@dataclass
+class RoundView:
+    """What the panes show about one round; mutable because events fill it step by step."""
+
+    round: int
+    kind: str = "?"
+    parent: int | None = None
+    finished: bool = False
+    candidate: str | None = None  # the approved candidate, or the draft waiting for a decision
+    candidate_is_draft: bool = False
+    format: str = ""
+    origin: str = ""
+    explanation: str = ""
+    coder_error: str | None = None
+    result: EvalResult | None = None
+    profile: dict[str, Any] | None = None
+    analysis: dict[str, Any] | None = None
+    recommendation: str | None = None  # what the Judge said about the parent round (this round's input)
+    judge_source: str = ""
+    judge_mode: str = ""
+    subject_round: int | None = None
+    outcome: str = ""
+    cost_usd: float = 0.0
+    tokens: int = 0
+
+    @property
+    def speedup(self) -> float | None:
+        r = self.result
+        return r.speedup if r is not None and r.accepted else None
+
+    @property
+    def status(self) -> str:
+        if self.outcome:
+            return self.outcome
+        if self.result is not None:
+            return self.result.outcome
+        if self.coder_error:
+            return "no_candidate"
+        return "running" if not self.finished else "no_candidate"
+
+    @classmethod
+    def from_record(cls, rec: RoundRecord) -> RoundView:
+        return cls(
+            round=rec.round, kind=rec.kind, parent=rec.parent, finished=rec.finished, candidate=rec.candidate,
+            format=rec.format or "", origin=rec.origin or "", explanation=rec.explanation,
+            coder_error=rec.coder_error, result=rec.result, profile=rec.profile, analysis=rec.analysis,
+            recommendation=rec.recommendation, judge_source=rec.judge_source or "", judge_mode=rec.judge_mode or "",
+            subject_round=rec.subject_round, outcome=rec.outcome if rec.finished else "",
+            cost_usd=rec.cost_usd, tokens=rec.tokens,
+        )
+
+
+@dataclass
+class RunModel:
+    """Everything the App knows about the run it shows."""
+
+    run_id: str = ""
+    run_dir: str = ""
+    task_path: str = ""
+    mode: str = ""
+    total_rounds: int = 0
+    read_only: bool = False
+    rounds: dict[int, RoundView] = field(default_factory=dict)
+    best_round: int | None = None
+    best_speedup: float | None = None
+    tokens: int = 0
+    dollars: float = 0.0
+    cost_known: bool = True
+    calls: int = 0
+    phase: str = "idle"
+    phase_round: int | None = None
+    phase_started: float = 0.0
+    phase_detail: str = ""
+    current_round: int | None = None
+    pending: DecisionNeeded | None = None
+    stopped: SessionStopped | None = None
+    notices: list[Notice] = field(default_factory=list)
+    gpu_name: str = ""
+
+    # ---- reading ---------------------------------------------------------------------------------
+    def get(self, n: int | None) -> RoundView | None:
+        return self.rounds.get(n) if n is not None else None
+
+    def ensure(self, n: int) -> RoundView:
+        if n not in self.rounds:
+            self.rounds[n] = RoundView(n)
+        return self.rounds[n]
+
+    def latest(self) -> int | None:
+        return max(self.rounds) if self.rounds else None
+
+    def speedups(self) -> list[tuple[int, float | None, str]]:
+        """(round, speedup or None, status) in round order, for the chart."""
+        return [(n, v.speedup, v.status) for n, v in sorted(self.rounds.items())]
+
+    @property
+    def busy(self) -> bool:
+        """A step is in flight whose work quitting would discard."""
+        return self.stopped is None and self.pending is None and self.phase in BUSY_PHASES
+
+    # ---- folding events --------------------------------------------------------------------------
+    def apply(self, event: Event) -> set[int]:
+        """Fold one engine event in; returns the rounds whose panes must be redrawn."""
+        changed: set[int] = set()
+        match event:
+            case SessionStarted():
+                self.run_id, self.run_dir, self.task_path = event.run_id, event.run_dir, event.task_path
+                self.mode, self.total_rounds = event.mode, event.rounds
+                self.stopped = None
+            case RoundStarted():
+                view = self.ensure(event.round)
+                view.kind, view.parent = event.kind, event.parent
+                self.current_round = event.round
+                changed.add(event.round)
+            case PhaseChanged():
+                self.phase, self.phase_round = event.phase, event.round
+                self.phase_started, self.phase_detail = event.started_at, event.detail
+            case CandidateProposed():
+                view = self.ensure(event.round)
+                view.candidate, view.format, view.origin = event.source, event.format, event.origin
+                view.explanation = event.explanation
+                view.coder_error = None
+                # a coder draft is waiting for a decision until the round's evaluation says otherwise
+                view.candidate_is_draft = event.origin == "coder" and not event.replayed
+                changed.add(event.round)
+            case CoderFailed():
+                view = self.ensure(event.round)
+                view.coder_error = event.message
+                changed.add(event.round)
+            case CandidateEvaluated():
+                view = self.ensure(event.round)
+                view.result = event.result
+                view.candidate_is_draft = False
+                if event.result.gpu_name:
+                    self.gpu_name = event.result.gpu_name
+                changed.add(event.round)
+            case ProfileReady():
+                view = self.ensure(event.round)
+                view.profile, view.analysis = event.profile, event.analysis
+                changed.add(event.round)
+            case JudgeRecommended():
+                view = self.ensure(event.round)
+                view.recommendation, view.judge_source = event.text, event.source
+                view.judge_mode, view.subject_round = event.mode, event.subject_round
+                changed.add(event.round)
+            case DecisionNeeded():
+                self.pending = event
+                self.phase, self.phase_round, self.phase_started = "waiting", event.round, time.time()
+                self.phase_detail = event.point
+                if event.point == "candidate":
+                    view = self.ensure(event.round)
+                    if event.text:
+                        view.candidate = event.text
+                    view.candidate_is_draft = True
+                changed.add(event.round)
+            case DecisionMade():
+                if self.pending is not None and self.pending.round == event.round and not event.replayed:
+                    self.pending = None
+                    if self.phase == "waiting":
+                        self.phase = "idle"
+                if event.point == "candidate" and event.action in ("approve", "edit"):
+                    self.ensure(event.round).candidate_is_draft = False
+                changed.add(event.round)
+            case RoundFinished():
+                view = self.ensure(event.round)
+                view.finished, view.outcome, view.kind = True, event.outcome, event.kind
+                view.candidate_is_draft = False
+                self.best_round, self.best_speedup = event.best_round, event.best_speedup
+                changed.add(event.round)
+            case UsageUpdated():
+                self.tokens, self.dollars, self.cost_known, self.calls = (event.tokens, event.dollars,
+                                                                          event.cost_known, event.calls)
+            case Notice():
+                self.notices.append(event)
+            case ModeChanged():
+                self.mode = event.mode
+            case Reverted():
+                pass
+            case SessionStopped():
+                self.stopped = event
+                self.pending = None
+                self.phase = "idle"
+                self.best_round, self.best_speedup = event.best_round, event.best_speedup
+        return changed
+
+    def load_records(self, records: list[RoundRecord]) -> None:
+        """Fill the rounds from a run folder (read-only browsing, or costs of a resumed run)."""
+        for rec in records:
+            self.rounds[rec.round] = RoundView.from_record(rec)
+        best = [(v.speedup, n) for n, v in self.rounds.items() if v.speedup is not None]
+        if best:
+            self.best_speedup, self.best_round = max(best)

@@ -1,0 +1,1 @@
+"""Modal screens: help, settings, and the quit confirmation."""

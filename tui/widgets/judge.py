@@ -1,0 +1,87 @@
+"""Judge pane: the recommendation as markdown; editable before it goes to the Coder, or your own."""
+
+from __future__ import annotations
+
+import re
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Markdown, Static, TextArea
+
+
+class JudgePane(Vertical):
+    BORDER_TITLE = "Judge"
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.shown_text = ""
+        self.round: int | None = None
+        self.editing = False
+        self._rendered: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="judge-header", classes="pane-header")
+        yield Markdown("", id="judge-markdown")
+        yield TextArea("", language="markdown", id="judge-editor", soft_wrap=True)
+
+    def on_mount(self) -> None:
+        self.editor.display = False
+
+    @property
+    def editor(self) -> TextArea:
+        return self.query_one("#judge-editor", TextArea)
+
+    @property
+    def text(self) -> str:
+        return self.editor.text if self.editing or self.changed else self.shown_text
+
+    @property
+    def changed(self) -> bool:
+        return self.editor.text != self.shown_text
+
+    def show(self, round: int | None, text: str | None, header: Text) -> None:
+        self.query_one("#judge-header", Static).update(header)
+        if round == self.round and (text or "") == self.shown_text and (self.editing or self.changed):
+            return  # keep an edit in progress
+        self.round = round
+        self.shown_text = text or ""
+        self.editor.load_text(self.shown_text)
+        self.stop_editing()
+
+    def start_editing(self, text: str | None = None) -> None:
+        if text is not None:
+            self.editor.load_text(text)
+        self.editing = True
+        self.query_one("#judge-markdown").display = False
+        self.editor.display = True
+        self.editor.focus()
+
+    def stop_editing(self) -> None:
+        """Back to the rendered view; a changed text stays as the pending edit and is shown rendered."""
+        self.editing = False
+        self.editor.display = False
+        self.query_one("#judge-markdown").display = True
+        self._render_markdown(self.editor.text)
+
+    def _render_markdown(self, text: str) -> None:
+        """Markdown.update is costly (it rebuilds child widgets): only when the text changed."""
+        if text != self._rendered:
+            self._rendered = text
+            self.query_one("#judge-markdown", Markdown).update(_as_markdown(text) or "*no recommendation*")
+
+    def replace_text(self, text: str) -> None:
+        self.editor.load_text(text)
+        self._render_markdown(text)
+
+
+_FIELD = re.compile(r"^([A-Z][A-Za-z ]{1,30}):\s*(.*)$")
+
+
+def _as_markdown(text: str) -> str:
+    """The Judge's "Field: value" lines become a bold-keyed list so the structure shows; prose passes."""
+    out = []
+    for line in text.splitlines():
+        m = _FIELD.match(line)
+        out.append(f"- **{m.group(1)}**: {m.group(2)}" if m else line)
+    return "\n".join(out)

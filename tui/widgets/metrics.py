@@ -1,0 +1,149 @@
+"""NCU metrics pane: per kernel, each metric with its unit and its change against the previous (parent)
+and the best round; kernels coloured by the analyzer's verdict, metrics a finding rests on coloured by
+that finding's severity; then the analyzer's ranked findings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cudaforge.engine.profiling import MetricDeltas, ProfileResult, metric_deltas
+from cudaforge.tui.format import SEVERITY_STYLE, VERDICT_STYLE, fmt_delta_pct, fmt_number
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+ROUND_TOTAL = "(round total)"
+
+
+class MetricsPane(VerticalScroll):
+    BORDER_TITLE = "NCU metrics"
+    _shown: tuple[object, ...] | None = None
+
+    def compose(self):  # type: ignore[no-untyped-def]
+        yield Static("", id="metrics-body")
+
+    def show(self, profile: dict[str, Any] | None, analysis: dict[str, Any] | None,
+             previous: dict[str, Any] | None, best: dict[str, Any] | None, labels: tuple[str, str],
+             reason: str = "") -> None:
+        key = (id(profile), id(analysis), id(previous), id(best), labels, reason)
+        if key == self._shown:
+            return
+        self._shown = key
+        self.query_one("#metrics-body", Static).update(
+            render_metrics(profile, analysis, previous, best, labels, reason))
+
+
+def _verdict_style(bottleneck: str) -> str:
+    for key, style in VERDICT_STYLE.items():
+        if bottleneck.startswith(key.split("-")[0]):
+            return style
+    return "white"
+
+
+def _load(data: dict[str, Any] | None) -> ProfileResult | None:
+    if not data:
+        return None
+    try:
+        return ProfileResult.from_dict(data)
+    except (TypeError, ValueError, KeyError):
+        return None
+
+
+def render_metrics(profile: dict[str, Any] | None, analysis: dict[str, Any] | None,
+                   previous: dict[str, Any] | None, best: dict[str, Any] | None,
+                   labels: tuple[str, str] = ("prev", "best"), reason: str = "") -> RenderableType:
+    current = _load(profile)
+    if current is None:
+        return Text(reason or "no profile for this round (profiling runs on CUDA, for correct candidates)",
+                    style="dim")
+    parts: list[RenderableType] = []
+    if not current.ok:
+        parts.append(Text(f"profile failed ({current.error_kind}): {current.message}", style="bold red"))
+    deltas = metric_deltas(current, _load(previous), _load(best))
+    by_kernel = {k.kernel: k for k in deltas.kernels}
+    kernel_info = {k.get("launch_id"): k for k in (analysis or {}).get("kernels", [])}
+    evidence: dict[tuple[str, str], str] = {}  # (kernel short name, metric) -> severity
+    for f in (analysis or {}).get("findings", []):
+        for ev in f.get("evidence", []):
+            evidence.setdefault((f.get("kernel", ""), ev.get("metric", "")), f.get("severity", "low"))
+    names = _metric_names(current)
+    shares = current.kernel_time_shares()
+    head = Text()
+    head.append(f"{len(current.kernels)} kernel(s), {current.total_time_us:.1f} us", style="bold")
+    head.append(f"   Δ {labels[0]} / Δ {labels[1]} ({_mode_text(deltas)})", style="dim")
+    if current.substitutions:
+        head.append("   substituted: " + ", ".join(f"{a.split('.')[0]}→{b.split('.')[0]}"
+                                                  for a, b in current.substitutions.items()), style="dim")
+    parts.append(head)
+    for k, share in zip(current.kernels, shares, strict=False):
+        info = kernel_info.get(k.launch_id, {})
+        bottleneck = str(info.get("bottleneck", "")) or "no analysis"
+        title = Text()
+        title.append(f"[{k.launch_id}] {k.short_name}", style="bold")
+        title.append(f"  {share:.0%} of GPU time  ", style="dim")
+        title.append(bottleneck, style=f"bold {_verdict_style(bottleneck)}")
+        if info.get("reason"):
+            title.append(f"  {info['reason']}", style="dim")
+        table = Table(title=title, title_justify="left", expand=True, show_edge=False, pad_edge=False)
+        table.add_column("metric", no_wrap=True, overflow="ellipsis", ratio=3)
+        table.add_column("value", justify="right", no_wrap=True)
+        table.add_column("unit", no_wrap=True)
+        table.add_column(f"Δ {labels[0]}", justify="right", no_wrap=True)
+        table.add_column(f"Δ {labels[1]}", justify="right", no_wrap=True)
+        kd = {d.metric: d for d in by_kernel[k.name].deltas} if k.name in by_kernel else {}
+        for name in names:
+            used = current.used_name(name)
+            mv = k.metrics.get(used)
+            if mv is None:
+                continue
+            d = kd.get(name)
+            sev = evidence.get((k.short_name, used)) or evidence.get((k.short_name, name))
+            style = SEVERITY_STYLE.get(sev, "") if sev else ""
+            table.add_row(Text(name, style=style), fmt_number(mv.value), mv.unit,
+                          _delta(d.current if d else None, d.previous if d else None),
+                          _delta(d.current if d else None, d.best if d else None))
+        parts.append(table)
+    total = by_kernel.get(ROUND_TOTAL)
+    if total is not None and (total.matched_previous or total.matched_best):
+        table = Table(title=Text("round total", style="bold"), title_justify="left", expand=True, show_edge=False)
+        for col in ("metric", "value", "unit", f"Δ {labels[0]}", f"Δ {labels[1]}"):
+            table.add_column(col, no_wrap=True)
+        for d in total.deltas:
+            table.add_row(d.metric, fmt_number(d.current), d.unit, _delta(d.current, d.previous),
+                          _delta(d.current, d.best))
+        parts.append(table)
+    findings = (analysis or {}).get("findings", [])
+    if findings:
+        parts.append(Text("analyzer findings (best opportunity first)", style="bold underline"))
+        for i, f in enumerate(findings, 1):
+            line = Text(f"{i}. ")
+            line.append(f"[{f.get('severity', '')}] ", style=SEVERITY_STYLE.get(f.get("severity", ""), ""))
+            line.append(f"{f.get('kernel', '')}: {f.get('title', '')}", style="bold")
+            line.append(f"\n   → {f.get('recommendation', '')}")
+            parts.append(line)
+    for note in (analysis or {}).get("notes", []):
+        parts.append(Text(f"note: {note}", style="dim"))
+    if current.absent_metrics:
+        parts.append(Text("absent on this chip: " + ", ".join(current.absent_metrics), style="dim"))
+    return Group(*parts)
+
+
+def _metric_names(current: ProfileResult) -> list[str]:
+    names = list(current.requested_metrics) or sorted({m for k in current.kernels for m in k.metrics})
+    if "gpu__time_duration.sum" in names:
+        names.remove("gpu__time_duration.sum")
+    return ["gpu__time_duration.sum", *names]
+
+
+def _mode_text(deltas: MetricDeltas) -> str:
+    return {"per_kernel": "per kernel where names match", "per_round": "per round totals",
+            "none": "no kernels"}[deltas.mode]
+
+
+def _delta(current: float | None, other: float | None) -> Text:
+    text = fmt_delta_pct(current, other)
+    if not text or text == "=":
+        return Text(text, style="dim")
+    return Text(text, style="cyan")

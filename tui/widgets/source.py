@@ -1,0 +1,106 @@
+"""Source pane: the candidate with Python highlighting (kernels live in its strings), editable in
+place, and a diff against the previous (parent) or the best round."""
+
+from __future__ import annotations
+
+from cudaforge.tui.format import unified_diff
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.widgets import Static, TextArea
+
+DIFF_MODES = ("off", "previous", "best")
+
+
+class SourcePane(Vertical):
+    """Header, editor, and a diff view that replaces the editor while a diff is shown."""
+
+    BORDER_TITLE = "Source"
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.shown_text = ""  # what the pane last loaded (a draft or the approved candidate)
+        self.round: int | None = None
+        self.editing = False
+        self.diff_mode = "off"
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="source-header", classes="pane-header")
+        yield TextArea("", language="python", read_only=True, show_line_numbers=True, id="source-editor",
+                       theme="monokai", soft_wrap=False)
+        with VerticalScroll(id="source-diff-scroll"):
+            yield Static("", id="source-diff")
+
+    def on_mount(self) -> None:
+        self.query_one("#source-diff-scroll").display = False
+
+    @property
+    def editor(self) -> TextArea:
+        return self.query_one("#source-editor", TextArea)
+
+    @property
+    def text(self) -> str:
+        return self.editor.text
+
+    @property
+    def changed(self) -> bool:
+        return self.editor.text != self.shown_text
+
+    def show(self, round: int | None, source: str | None, header: Text, *, keep_edits: bool = False) -> None:
+        """Load a round's candidate; an edit in progress on the same round is kept."""
+        self.query_one("#source-header", Static).update(header)
+        same = round == self.round and self.shown_text == (source or "")
+        if keep_edits and self.editing and round == self.round:
+            return
+        if same:
+            return  # nothing new: keep the cursor, the selection and any edit
+        self.round = round
+        self.shown_text = source or ""
+        self.editor.load_text(self.shown_text)
+        self.stop_editing()
+
+    def start_editing(self, text: str | None = None) -> None:
+        self.set_diff("off", None, None, "")
+        if text is not None:
+            self.editor.load_text(text)
+        self.editing = True
+        self.editor.read_only = False
+        self.editor.focus()
+
+    def stop_editing(self) -> None:
+        self.editing = False
+        self.editor.read_only = True
+
+    def replace_text(self, text: str) -> None:
+        """Text came back from $EDITOR: it becomes the pending edit."""
+        self.editor.load_text(text)
+
+    def highlight_line(self, line: int) -> None:
+        """Put the cursor on a 0-based line and select it (the failing line of a compile error)."""
+        self.set_diff("off", None, None, "")
+        doc_lines = self.editor.document.line_count
+        if not 0 <= line < doc_lines:
+            return
+        width = len(self.editor.document.get_line(line))
+        self.editor.selection = ((line, 0), (line, width))  # type: ignore[assignment]
+        self.editor.scroll_cursor_visible(center=True)
+
+    def set_diff(self, mode: str, old: str | None, new: str | None, label: str) -> None:
+        self.diff_mode = mode
+        scroll = self.query_one("#source-diff-scroll")
+        if mode == "off" or old is None or new is None:
+            scroll.display = False
+            self.editor.display = True
+            return
+        lines = unified_diff(old, new, f"{label}", f"round {self.round}")
+        text = Text()
+        if not lines:
+            text.append(f"no difference from {label}", style="dim")
+        for line in lines:
+            style = ("green" if line.startswith("+") and not line.startswith("+++") else
+                     "red" if line.startswith("-") and not line.startswith("---") else
+                     "cyan" if line.startswith("@@") else "bold" if line.startswith(("+++", "---")) else "")
+            text.append(line + "\n", style=style)
+        self.query_one("#source-diff", Static).update(text)
+        self.editor.display = False
+        scroll.display = True
