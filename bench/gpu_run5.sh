@@ -10,7 +10,7 @@ python3 -m pip install -q --no-deps --no-build-isolation --no-index . > $OUT/ins
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c "import torch;print(torch.__version__, torch.version.cuda)"
 timeout 150 python3 bench/gpu_tui_session.py $OUT/screenshot.svg --story --copy-run $OUT/tui_run.tgz > $OUT/tui.txt 2>&1
 echo "tui rc=$?"; tail -14 $OUT/tui.txt
-timeout 130 python3 -m pytest -q -p no:cacheprovider -m gpu -p no:xdist tests/test_gpu.py tests/test_adversarial.py \
+PYTHONPATH= timeout 130 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py tests/test_adversarial.py \
   -k "example_is_accepted or gpu_" > $OUT/pytest_gpu.txt 2>&1; tail -6 $OUT/pytest_gpu.txt
-timeout 150 python3 bench/timing_fidelity.py --tasks relu,softmax,layernorm,maxpool2d --json $OUT/timing_fidelity.json \
+PYTHONPATH= timeout 150 python3 bench/timing_fidelity.py --tasks relu,softmax,layernorm,maxpool2d --json $OUT/timing_fidelity.json \
   2>$OUT/timing_fidelity.err | tee $OUT/timing_fidelity.txt
