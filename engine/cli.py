@@ -287,7 +287,9 @@ async def _run_batch(args: argparse.Namespace, config: Any, tasks: list[Path]) -
 
     if config.get("session", "mode") != "auto":
         _eprint("cudaforge: a batch runs in auto mode (no questions asked)")
-    if not (config.section("coder") and config.section("coder").get("provider") not in (None, "heuristic")):
+    from .session.factory import llm_configured
+
+    if not llm_configured(config, "coder"):
         raise UsageError("a batch needs a Coder LLM: set [coder] provider and model in cudaforge.toml")
     _, text = estimate_cost(config, len(tasks))
     _eprint(f"{len(tasks)} tasks; {text}")

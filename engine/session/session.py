@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import time
 import traceback
 from collections.abc import Callable
@@ -23,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from cudaforge.engine.agents import Coder, Judge, RoundNote
-from cudaforge.engine.agents.prompts import format_recommendation
 from cudaforge.engine.candidate import Candidate, check_candidate_source
 from cudaforge.engine.errors import CandidateError
 from cudaforge.engine.fsutil import atomic_write_text
@@ -656,9 +654,4 @@ def _heuristic_text(rec: dict[str, Any]) -> str:
             f"Evidence: {evidence}")
 
 
-def speedup_geomean(speedups: list[float]) -> float | None:
-    vals = [s for s in speedups if s and s > 0]
-    return math.exp(sum(math.log(s) for s in vals) / len(vals)) if vals else None
-
-
-__all__ = ["EventHook", "Session", "SessionPolicy", "format_recommendation", "speedup_geomean"]
+__all__ = ["EventHook", "Session", "SessionPolicy"]
