@@ -52,7 +52,8 @@ class EvalOptions:
     rtol: float | None = None
     second_distribution: bool = True
     timing: Mapping[str, Any] = field(default_factory=lambda: {
-        "warmup": 10, "trials": 50, "host_trials": 20, "l2_flush": True, "baselines": ["eager"]})
+        "warmup": 10, "warmup_ms": 25.0, "trials": 50, "min_time_ms": 100.0, "max_trials": 1000, "host_trials": 20,
+        "l2_flush": True, "baselines": ["eager"]})
     timeouts: Mapping[str, float] = field(default_factory=lambda: {
         "load_s": 900.0, "correctness_s": 180.0, "timing_s": 300.0, "profile_s": 300.0, "gpu_wait_s": 3600.0})
     output_limit_bytes: int = 64 << 20
@@ -202,7 +203,7 @@ class Evaluator:
             "cache_dir": str(o.cache_dir),
             "peak_bandwidth_gbs": o.peak_bandwidth_gbs,
             "speed_of_light_margin": o.speed_of_light_margin,
-            "gpu_lock_path": str(gpu_lock_path(o.cache_dir, o.gpu)) if o.device == "cuda" else None,
+            "gpu_lock_path": str(gpu_lock_path(o.gpu)) if o.device == "cuda" else None,
             "result_path": str(workdir / "result.json"),
             "progress_path": str(workdir / "sandbox" / "progress.json"),
         }

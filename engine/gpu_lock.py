@@ -6,15 +6,27 @@ import contextlib
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 
-def gpu_lock_path(cache_dir: Path, gpu: int) -> Path:
-    """The lock file shared by every evaluation, timing and profile on `gpu`."""
-    lock_dir = cache_dir / "locks"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    return lock_dir / f"gpu{gpu}.lock"
+def gpu_lock_dir() -> Path:
+    """Where the per-GPU locks live: one place per user and machine (not per cache dir), so two
+    sessions or test runs with different cache dirs still never time on the same GPU at once.
+    `CUDAFORGE_LOCK_DIR` overrides it."""
+    env = os.environ.get("CUDAFORGE_LOCK_DIR")
+    if env:
+        return Path(env)
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return Path(tempfile.gettempdir()) / f"cudaforge-locks-{uid}"
+
+
+def gpu_lock_path(gpu: int, lock_dir: Path | None = None) -> Path:
+    """The lock file shared by every evaluation, timing, profile and spare warm-up on `gpu`."""
+    path = lock_dir if lock_dir is not None else gpu_lock_dir()
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path / f"gpu{gpu}.lock"
 
 
 def other_gpu_processes(gpu: int, exclude: Iterable[int] = ()) -> list[int]:

@@ -2,7 +2,8 @@
 
 The spare runs `python -m cudaforge.engine.worker --spare WORKDIR DEVICE GPU` under the same
 supervisor as every worker (scrubbed environment, rlimits, subreaper sweep). It imports torch and the
-evaluation code, creates the CUDA context, writes `ready.json` and waits (phase "idle", with its own
+evaluation code, creates the CUDA context (holding the per-GPU lock meanwhile, so it never
+overlaps another worker's timing) and, outside ncu, starts CUPTI for the kernel check, writes `ready.json` and waits (phase "idle", with its own
 limit) for `job.json`. Submitting a job is writing that file; from then on the normal phase limits
 apply. A spare is never given a second job: the caller drops it after one use, whatever happened.
 Every live spare is also killed at interpreter exit, and the supervisor exits (killing its tree) when
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .fsutil import atomic_write_json
+from .gpu_lock import gpu_lock_path
 from .sandbox import SandboxHandle, kill_sandboxed, start_sandboxed
 
 DEFAULT_IDLE_S = 3600.0
@@ -76,6 +78,12 @@ def start_spare(*, key: str, prefix: Sequence[str], python: str, device: str, gp
     """Start a spare now and return at once (it warms up in the background)."""
     workdir = Path(tempfile.mkdtemp(prefix=f"cudaforge-{label}-"))
     argv = [*prefix, python, "-m", "cudaforge.engine.worker", "--spare", str(workdir), device, str(gpu)]
+    if device == "cuda":
+        # The warm-up's GPU part (context creation, CUPTI) waits for the per-GPU lock: a context
+        # created while another worker times kernels disturbs those timings.
+        argv += ["--lock", str(gpu_lock_path(gpu))]
+        if not prefix:
+            argv.append("--cupti")  # start CUPTI for the kernel check; never under ncu (one subscriber)
     limits = {**dict(phase_limits), "warm": float(warm_limit_s), "idle": float(idle_limit_s)}
     handle = start_sandboxed(argv, workdir=workdir / "sandbox", env=env, phase_limits=limits,
                              default_limit_s=default_limit_s, output_limit_bytes=output_limit_bytes,

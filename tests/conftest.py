@@ -63,6 +63,7 @@ def gpu_options(cache_dir: Path):  # -> EvalOptions
         device="cuda",
         trials=3,
         cache_dir=cache_dir,
-        timing={"warmup": 5, "trials": 30, "host_trials": 10, "l2_flush": True, "baselines": ["eager"]},
+        timing={"warmup": 5, "warmup_ms": 25.0, "trials": 30, "min_time_ms": 50.0, "max_trials": 500, "host_trials": 10,
+                "l2_flush": True, "baselines": ["eager"]},
         result_cache=False,
     )

@@ -252,6 +252,68 @@ def test_spare_dies_with_the_app(cpu_options, tmp_path: Path) -> None:
     assert _wait_gone([worker, supervisor], limit_s=15)
 
 
+def test_gpu_lock_is_one_per_machine_whatever_the_cache_dir(cpu_options, tmp_path: Path, monkeypatch) -> None:
+    """Two sessions with different cache dirs must still never time on one GPU at the same moment."""
+    from cudaforge.engine.evaluator import EvalOptions
+
+    monkeypatch.delenv("CUDAFORGE_LOCK_DIR", raising=False)
+    specs = [Evaluator(EvalOptions(device="cuda", gpu=1, cache_dir=tmp_path / d)).worker_spec(
+        load_task(TASK), tmp_path / "c.py", tmp_path / d) for d in ("a", "b")]
+    assert specs[0]["gpu_lock_path"] == specs[1]["gpu_lock_path"]
+    assert specs[0]["gpu_lock_path"].endswith("gpu1.lock") and str(tmp_path) not in specs[0]["gpu_lock_path"]
+    monkeypatch.setenv("CUDAFORGE_LOCK_DIR", str(tmp_path / "locks"))
+    spec = Evaluator(EvalOptions(device="cuda", gpu=0, cache_dir=tmp_path / "a")).worker_spec(
+        load_task(TASK), tmp_path / "c.py", tmp_path / "a")
+    assert spec["gpu_lock_path"] == str(tmp_path / "locks" / "gpu0.lock")
+
+
+def test_spare_gpu_warm_up_waits_for_the_gpu_lock(tmp_path: Path) -> None:
+    """A spare creates its CUDA context only while holding the per-GPU lock, never during a timing."""
+    import threading
+
+    from cudaforge.engine.worker.harness import _gpu_lock
+    from filelock import FileLock
+
+    path = str(tmp_path / "gpu0.lock")
+    entered = threading.Event()
+
+    def warm() -> None:
+        with _gpu_lock(path):
+            entered.set()
+
+    holder = FileLock(path)
+    holder.acquire()
+    t = threading.Thread(target=warm)
+    t.start()
+    assert not entered.wait(0.5)  # another worker is timing: the warm-up waits
+    holder.release()
+    assert entered.wait(10)
+    t.join(10)
+    with _gpu_lock(None):  # CPU device: no lock at all
+        pass
+
+
+def test_cuda_spare_is_started_with_the_gpu_lock_and_cupti_warm_up(tmp_path: Path, monkeypatch) -> None:
+    """The evaluation spare holds the lock while warming and starts CUPTI; on a machine without a GPU it
+    skips the GPU part and is ready all the same."""
+    from cudaforge.engine.evaluator import EvalOptions
+
+    monkeypatch.setenv("CUDAFORGE_LOCK_DIR", str(tmp_path / "locks"))
+    ev = Evaluator(EvalOptions(device="cuda", cache_dir=tmp_path / "cache"))
+    try:
+        assert ev.prewarm()
+        end = time.monotonic() + 120
+        while ev.spare.ready() is None and time.monotonic() < end:
+            time.sleep(0.05)
+        ready = ev.spare.ready()
+        assert ready is not None, "spare never became ready"
+        argv = Path(f"/proc/{ready['pid']}/cmdline").read_bytes().split(b"\0")
+        assert b"--lock" in argv and argv[argv.index(b"--lock") + 1] == str(tmp_path / "locks" / "gpu0.lock").encode()
+        assert b"--cupti" in argv
+    finally:
+        asyncio.run(ev.aclose())
+
+
 # ------------------------------------------------------------------ NVRTC argument packing (no GPU needed)
 
 
@@ -318,3 +380,38 @@ def test_fast_packing_costs_a_fraction_of_the_old_per_call_work() -> None:
     old_us = min(timeit.repeat(old, number=n, repeat=3)) / n * 1e6
     print(f"per-launch packing: fast {fast_us:.2f} µs, old {old_us:.2f} µs")
     assert fast_us * 2 < old_us
+
+
+# ------------------------------------------------------------------ timing window (CPU clock, same rule as on the GPU)
+
+
+def test_timer_warms_up_for_a_minimum_time_and_times_short_calls_longer() -> None:
+    """Short callables get more trials (about min_time_ms each, capped); long ones keep the minimum count."""
+    import torch
+    from cudaforge.engine.worker.harness import Timer
+
+    calls = {"short": 0, "long": 0}
+
+    def call(name: str, seconds: float):
+        def run() -> None:
+            calls[name] += 1
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                pass
+        return run
+
+    timer = Timer(torch.device("cpu"), l2_flush=False, l2_bytes=0)
+    start = time.perf_counter()
+    short = timer.event_times({"short": call("short", 0.0002)}, warmup=2, trials=5, warmup_ms=20.0,
+                              min_time_ms=30.0, max_trials=400)
+    assert calls["short"] - len(short["short"]) >= 50  # warm-up ran ~20 ms, not 2 calls
+    assert 100 <= len(short["short"]) <= 400  # ~30 ms / 0.2 ms = ~150 trials, within the cap
+    assert time.perf_counter() - start < 5
+    capped = timer.event_times({"short": call("short", 0.0002)}, warmup=2, trials=5, warmup_ms=0.0,
+                               min_time_ms=1000.0, max_trials=40)
+    assert len(capped["short"]) == 40
+    long = timer.event_times({"long": call("long", 0.01)}, warmup=1, trials=5, warmup_ms=0.0, min_time_ms=20.0,
+                             max_trials=400)
+    assert len(long["long"]) == 5  # 5 x 10 ms already exceed 20 ms: the minimum count stands
+    fixed = timer.event_times({"short": call("short", 0.0002)}, warmup=1, trials=7)
+    assert len(fixed["short"]) == 7  # without the time rules: the old fixed counts

@@ -1,5 +1,7 @@
 """Entry point of the worker process: `python -m cudaforge.engine.worker SPEC.json`, or
-`python -m cudaforge.engine.worker --spare WORKDIR DEVICE GPU` for a pre-warmed spare."""
+`python -m cudaforge.engine.worker --spare WORKDIR DEVICE GPU [--lock PATH] [--cupti]` for a
+pre-warmed spare (`--lock`: the per-GPU lock to hold while creating the CUDA context; `--cupti`: also
+start CUPTI, for spares that ncu does not wrap)."""
 
 import sys
 
@@ -7,5 +9,7 @@ from .harness import main, spare_main
 
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "--spare":
-        sys.exit(spare_main(sys.argv[2], sys.argv[3], int(sys.argv[4])))
+        extra = sys.argv[5:]
+        lock = extra[extra.index("--lock") + 1] if "--lock" in extra[:-1] else None
+        sys.exit(spare_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), lock_path=lock, warm_cupti="--cupti" in extra))
     sys.exit(main(sys.argv[1:]))

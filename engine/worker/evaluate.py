@@ -389,7 +389,9 @@ def timing(spec: dict[str, Any], task: Any, model: Any, model_new: Any, device: 
             compiled_note = f"torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}"
         phase("timing")
     try:
-        samples = timer.event_times(fns, int(t["warmup"]), int(t["trials"]))
+        samples = timer.event_times(fns, int(t["warmup"]), int(t["trials"]), warmup_ms=float(t.get("warmup_ms", 0.0)),
+                                    min_time_ms=float(t.get("min_time_ms", 0.0)),
+                                    max_trials=int(t["max_trials"]) if t.get("max_trials") else None)
         host = timer.host_times({k: fns[k] for k in ("reference", "candidate")}, int(t["host_trials"])) \
             if device.type == "cuda" else None
     except CandidateFailure:

@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import importlib.util
 import json
+import math
 import os
 import statistics
 import sys
@@ -18,7 +19,7 @@ import threading
 import time
 import traceback
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -169,30 +170,59 @@ def shift_distribution(inputs: list[Any], seed: int) -> list[Any]:
     """A second input distribution: scaled and offset, with a few large values mixed in."""
     import torch
 
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    gens: dict[str, Any] = {}
     out = []
     for x in inputs:
         if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 0:
             y = x.float() * 2.0 + 0.5
-            mask = torch.rand(y.shape, generator=gen).to(y.device) < 0.001
+            key = str(y.device)
+            if key not in gens:  # drawn where the tensor lives: no host-side pass over large inputs
+                gens[key] = torch.Generator(device=y.device).manual_seed(seed)
+            mask = torch.rand(y.shape, generator=gens[key], device=y.device) < 0.001
             y = torch.where(mask, y * 8.0, y)
             out.append(y.to(x.dtype))
         else:
             out.append(x)
+    _settle(out)
     return out
 
 
 def make_inputs(task: types.ModuleType, seed: int, device: Any, float_dtype: Any) -> list[Any]:
+    """The task's inputs for `seed`, on `device`.
+
+    On a GPU, `get_inputs()` runs under that device as the default (seeded the same way): a
+    32M-element `randn` takes microseconds there instead of ~0.3 s on the host plus the copy. A task
+    whose `get_inputs()` cannot run that way is drawn on the host, as KernelBench does. The draws are
+    waited for, so no pending work spills into what is measured next."""
     import torch
 
-    torch.manual_seed(seed)
+    raw = None
+    if getattr(device, "type", "cpu") == "cuda":
+        torch.manual_seed(seed)
+        try:
+            with torch.device(device):
+                raw = task.get_inputs()
+        except Exception:
+            raw = None
     try:
-        raw = task.get_inputs()
+        if raw is None:
+            torch.manual_seed(seed)
+            raw = task.get_inputs()
     except Exception as exc:
         raise TaskFailure(f"get_inputs() raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(raw, (list, tuple)):
         raise TaskFailure(f"get_inputs() must return a list or tuple of inputs, got {type(raw).__name__}")
-    return [to_device(x, device, float_dtype) for x in raw]
+    out = [to_device(x, device, float_dtype) for x in raw]
+    _settle(out)
+    return out
+
+
+def _settle(values: list[Any]) -> None:
+    """Wait for the device work that produced `values` (nothing to do on the CPU)."""
+    import torch
+
+    if any(isinstance(v, torch.Tensor) and v.is_cuda for v in values):
+        torch.cuda.synchronize()
 
 
 # ------------------------------------------------------------------ numerics
@@ -275,12 +305,28 @@ class Timer:
         if self.flush_buffer is not None:
             self.flush_buffer.zero_()
 
-    def event_times(self, fns: dict[str, Callable[[], Any]], warmup: int, trials: int) -> dict[str, list[float]]:
+    def event_times(self, fns: dict[str, Callable[[], Any]], warmup: int, trials: int, *, warmup_ms: float = 0.0,
+                    min_time_ms: float = 0.0, max_trials: int | None = None) -> dict[str, list[float]]:
+        """Interleaved samples (ms) of each callable, flushed before every call.
+
+        Warm-up runs `warmup` rounds and at least `warmup_ms`, so clocks that dropped while the GPU sat
+        idle (a worker waiting for its turn) have come back up before anything is timed. Then at least
+        `trials` rounds, more for short callables until each has about `min_time_ms` of samples (at most
+        `max_trials`): 50 calls of a 60 µs kernel are a 3 ms window, too short to repeat to a few %."""
         names = list(fns)
-        for _ in range(warmup):
+        start = self._perf()
+        rounds = 0
+        while rounds < warmup or (self._perf() - start) * 1e3 < warmup_ms:
             for n in names:
                 fns[n]()
+            rounds += 1
+            if warmup_ms > 0 and rounds % 8 == 0:
+                self._sync()  # keep the host from racing ahead of the device
         self._sync()
+        if min_time_ms > 0 and rounds > 0:
+            per_call_ms = (self._perf() - start) * 1e3 / (rounds * len(names))
+            wanted = math.ceil(min_time_ms / max(per_call_ms, 1e-6))
+            trials = max(trials, min(wanted, max_trials or wanted))
         samples: dict[str, list[float]] = {n: [] for n in names}
         # Events are created before the loop: nothing but the call itself sits between start and end.
         events = [(self._event(enable_timing=True), self._event(enable_timing=True))
@@ -290,12 +336,12 @@ class Timer:
             for j, n in enumerate(order):
                 self.flush()
                 if self.cuda:
-                    start, end = events[i * len(names) + j]
-                    start.record()
+                    start_ev, end_ev = events[i * len(names) + j]
+                    start_ev.record()
                     fns[n]()
-                    end.record()
-                    end.synchronize()
-                    samples[n].append(start.elapsed_time(end))
+                    end_ev.record()
+                    end_ev.synchronize()
+                    samples[n].append(start_ev.elapsed_time(end_ev))
                 else:
                     t0 = self._perf()
                     fns[n]()
@@ -374,7 +420,19 @@ SPARE_JOB = "job.json"
 SPARE_READY = "ready.json"
 
 
-def spare_main(workdir: str, device: str, gpu: int) -> int:
+@contextlib.contextmanager
+def _gpu_lock(path: str | None) -> Iterator[None]:
+    """Hold the per-GPU file lock (when one is given) for the spare's GPU warm-up only."""
+    if not path:
+        yield
+        return
+    from filelock import FileLock
+
+    with FileLock(path):
+        yield
+
+
+def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None, warm_cupti: bool = False) -> int:
     """A pre-warmed spare: start Python, import torch and the evaluation code, create the CUDA
     context, then wait for `job.json` in `workdir` and run that one job (never a second).
 
@@ -392,12 +450,21 @@ def spare_main(workdir: str, device: str, gpu: int) -> int:
     with contextlib.suppress(Exception):  # a failure here shows up again, properly reported, in the job
         import torch.utils.cpp_extension  # noqa: F401
         if device == "cuda" and torch.cuda.is_available():
-            torch.cuda.set_device(gpu)
-            torch.zeros(1, device=f"cuda:{gpu}")
-            torch.cuda.synchronize()
-            from .. import nvrtc
+            with _gpu_lock(lock_path):
+                torch.cuda.set_device(gpu)
+                torch.zeros(1, device=f"cuda:{gpu}")
+                torch.cuda.synchronize()
+                from .. import nvrtc
 
-            nvrtc._driver()
+                nvrtc._driver()
+                if warm_cupti:
+                    # The kernel check's first torch.profiler session loads and starts CUPTI (~3 s on
+                    # an H200): do it now, while the LLM thinks.
+                    from torch.profiler import ProfilerActivity, profile
+
+                    with profile(activities=[ProfilerActivity.CUDA]):
+                        torch.zeros(1, device=f"cuda:{gpu}").add_(1)
+                        torch.cuda.synchronize()
     ready = {"pid": os.getpid(), "warm_s": round(time.perf_counter() - warm_start, 4), "device": device}
     write_result(root / SPARE_READY, ready)
     phase("idle")
