@@ -440,7 +440,20 @@ class WorkbenchApp(App[int]):
         """Time every key from its creation to the refresh after it was handled (the latency probe)."""
         await super().on_event(event)
         if isinstance(event, events.Key):
-            self.call_after_refresh(self.latency.record, event.key, event.time)
+            self.call_after_refresh(self._key_rendered, event, 10)
+
+    def _key_rendered(self, event: events.Key, rearm: int) -> None:
+        """The probe's end point: the first refresh after which no widget has messages queued, so the
+        work a key sets off through messages counts too (a cursor move in the round tree selects a
+        round, which redraws every pane, after the tree has handled the key itself)."""
+        if rearm and self._messages_queued():
+            self.call_after_refresh(self._key_rendered, event, rearm - 1)
+            return
+        self.latency.record(event.key, event.time, event)
+
+    def _messages_queued(self) -> bool:
+        return bool(self.message_queue_size) or any(
+            node.message_queue_size for node in self.screen.walk_children(with_self=True))
 
     # ---- decisions ------------------------------------------------------------------------------
     def _pending(self, point: str | None = None) -> DecisionNeeded | None:
