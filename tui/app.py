@@ -36,6 +36,7 @@ from cudaforge.engine.session import (
     resume_session,
 )
 from cudaforge.tui.cli import LaunchSpec, parse_args
+from cudaforge.tui.collector import HeapFreezer
 from cudaforge.tui.commands import WorkbenchCommands
 from cudaforge.tui.format import failing_source_line, fmt_speedup
 from cudaforge.tui.keymap import bindings, check_keymap, effective_keys
@@ -49,6 +50,7 @@ from cudaforge.tui.widgets.chart import SpeedupChart
 from cudaforge.tui.widgets.compiler import CompilerPane
 from cudaforge.tui.widgets.correctness import CorrectnessPane
 from cudaforge.tui.widgets.decision import DecisionBar
+from cudaforge.tui.widgets.footer import KeyFooter
 from cudaforge.tui.widgets.judge import JudgePane
 from cudaforge.tui.widgets.log import LogPane
 from cudaforge.tui.widgets.metrics import MetricsPane
@@ -59,7 +61,7 @@ from rich.text import Text
 from textual import events
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Static, TabbedContent, TabPane
+from textual.widgets import Static, TabbedContent, TabPane
 
 TABS = {"source": "tab-source", "compiler": "tab-compiler", "correctness": "tab-correctness",
         "metrics": "tab-metrics", "judge": "tab-judge", "log": "tab-log"}
@@ -95,6 +97,7 @@ class WorkbenchApp(App[int]):
         self.selected: int | None = None
         self.keys: dict[str, str] = effective_keys({})
         self.latency = LatencyProbe()
+        self.heap = HeapFreezer()  # keeps full garbage collections short (see collector.py)
         self.banner_text = ""
         self.exit_code = 0
         self._answered: DecisionNeeded | None = None  # the request we already answered (no double answers)
@@ -121,7 +124,7 @@ class WorkbenchApp(App[int]):
                     yield LogPane(id="log")
         yield DecisionBar(id="decision")
         yield StatusBar(self.system_stats, id="status")
-        yield Footer()
+        yield KeyFooter()
 
     # typed accessors
     @property
@@ -148,6 +151,10 @@ class WorkbenchApp(App[int]):
         elif self.config is not None or self.spec.resume is not None:
             self.session_task = asyncio.create_task(self._drive())
         self._refresh_all()
+        self.heap.freeze()
+
+    def on_unmount(self) -> None:
+        self.heap.stop()
 
     def _load_config(self) -> None:
         """Configuration errors are shown, not raised: the app opens so the person can read them."""
@@ -214,6 +221,7 @@ class WorkbenchApp(App[int]):
             self.post_message(SessionEnded(f"could not start the session: {exc!r}", error=True))
             return
         self.session = session
+        self.heap.freeze()  # the session brought torch and the task's module in
         try:
             stopped = await session.run()
             self.post_message(SessionEnded(stopped.message, error=stopped.reason == "error"))
@@ -230,6 +238,7 @@ class WorkbenchApp(App[int]):
     # ---- engine events --------------------------------------------------------------------------
     def on_engine_event(self, message: EngineEvent) -> None:
         event = message.event
+        self.heap.after_imports()
         changed = self.model.apply(event)
         match event:
             case SessionStarted():

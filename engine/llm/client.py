@@ -157,16 +157,18 @@ class LLMClient(abc.ABC):
         )
 
     async def _ensure_sdk(self) -> Any:
-        """Build the SDK client once; its import runs in a thread so a UI's event loop never
-        freezes for the second or two that importing openai/anthropic takes."""
+        """Build the SDK client once; its import and its construction run in a thread so a UI's
+        event loop never freezes: importing openai/anthropic takes a second or two, and building the
+        client another 60-100 ms on a 2-core machine (its HTTP client loads the CA certificates)."""
         loop = asyncio.get_running_loop()
         if self._sdk is not None and self._sdk_loop is not loop:
             # Made under an earlier asyncio.run(): its connections belong to a closed loop.
             self._sdk = None
         if self._sdk is None:
             module = await asyncio.to_thread(importlib.import_module, self._sdk_module)
+            sdk = await asyncio.to_thread(self._make_sdk, module)  # binds to no loop until its first request
             if self._sdk is None:  # a concurrent first call may have built it meanwhile
-                self._sdk = self._make_sdk(module)
+                self._sdk = sdk
                 self._sdk_loop = loop
         return self._sdk
 

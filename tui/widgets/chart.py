@@ -4,6 +4,7 @@ failed rounds show their status glyph instead of a bar."""
 from __future__ import annotations
 
 from cudaforge.tui.format import status_glyph
+from cudaforge.tui.widgets.static import set_text
 from rich.text import Text
 from textual.widgets import Static
 
@@ -14,7 +15,7 @@ class SpeedupChart(Static):
     BORDER_TITLE = "Speedup"
 
     def show(self, points: list[tuple[int, float | None, str]], best: int | None, width: int | None = None) -> None:
-        self.update(render_chart(points, best, width or max(10, self.size.width - 14)))
+        set_text(self, render_chart(points, best, width or max(10, self.size.width - 14)))
 
 
 def bar(value: float, scale: float, width: int) -> str:

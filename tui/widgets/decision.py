@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from cudaforge.engine.session import DecisionNeeded
 from cudaforge.tui.messages import DecisionChosen
+from cudaforge.tui.widgets.static import set_text
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
@@ -38,7 +39,7 @@ class DecisionBar(Horizontal):
             prompt.append(" — edited, approve sends your text", style="bold yellow")
         actions = list(dict.fromkeys([*(["approve"] if "edit" in request.options else []), *request.options]))
         prompt.append("   keys: " + "  ".join(f"{keys.get(a, '?')} {a}" for a in actions), style="dim")
-        self.query_one("#decision-prompt", Static).update(prompt)
+        set_text(self.query_one("#decision-prompt", Static), prompt)
         for action in LABELS:
             allowed = action in actions
             self.query_one(f"#decide-{action}", Button).display = allowed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from cudaforge.tui.widgets.static import set_text
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -19,6 +20,7 @@ class JudgePane(Vertical):
         self.round: int | None = None
         self.editing = False
         self._rendered: str | None = None
+        self._loaded = False  # show() has loaded a round (or none) at least once
 
     def compose(self) -> ComposeResult:
         yield Static("", id="judge-header", classes="pane-header")
@@ -41,9 +43,12 @@ class JudgePane(Vertical):
         return self.editor.text != self.shown_text
 
     def show(self, round: int | None, text: str | None, header: Text) -> None:
-        self.query_one("#judge-header", Static).update(header)
-        if round == self.round and (text or "") == self.shown_text and (self.editing or self.changed):
-            return  # keep an edit in progress
+        set_text(self.query_one("#judge-header", Static), header)
+        if self._loaded and round == self.round and (text or "") == self.shown_text:
+            # an edit in progress is kept; otherwise nothing is new (the panes are redrawn on every
+            # engine event) and reloading the editor would cost a layout of the screen
+            return
+        self._loaded = True
         self.round = round
         self.shown_text = text or ""
         self.editor.load_text(self.shown_text)

@@ -21,6 +21,7 @@ class RoundsPane(Tree[int]):
         self.guide_depth = 2
         self._round_nodes: dict[int, TreeNode[int]] = {}
         self._round_shown: int | None = None
+        self._structure: tuple[tuple[int, int | None], ...] | None = None  # (round, parent) of what is shown
 
     def label_for(self, view: RoundView, model: RunModel) -> Text:
         glyph, style = status_glyph(view.status)
@@ -36,7 +37,22 @@ class RoundsPane(Tree[int]):
         return text
 
     def show_model(self, model: RunModel, selected: int | None) -> None:
-        """Rebuild the tree from the model (cheap for tens of rounds), keeping the selection."""
+        """Show the model, keeping the selection. Called on every engine event and most of them
+        change no round's line: rebuilding the tree asks for a layout of the whole screen (tens of
+        ms on 2 cores), so the tree is rebuilt only when rounds were added or re-parented and
+        otherwise only changed labels are repainted."""
+        structure = tuple((n, model.rounds[n].parent) for n in sorted(model.rounds))
+        if structure == self._structure:
+            for n, node in self._round_nodes.items():
+                label = self.label_for(model.rounds[n], model)
+                if label != node.label:
+                    node.set_label(label)
+            node = self._round_nodes.get(selected) if selected is not None else None
+            if node is not None and self.cursor_node is not node:
+                self._round_shown = selected
+                self.call_after_refresh(self._move_to, selected)
+            return
+        self._structure = structure
         with self.prevent(Tree.NodeHighlighted, Tree.NodeSelected):
             self.clear()
             self._round_nodes = {}

@@ -4,6 +4,7 @@ place, and a diff against the previous (parent) or the best round."""
 from __future__ import annotations
 
 from cudaforge.tui.format import unified_diff
+from cudaforge.tui.widgets.static import set_text
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
@@ -48,7 +49,7 @@ class SourcePane(Vertical):
 
     def show(self, round: int | None, source: str | None, header: Text, *, keep_edits: bool = False) -> None:
         """Load a round's candidate; an edit in progress on the same round is kept."""
-        self.query_one("#source-header", Static).update(header)
+        set_text(self.query_one("#source-header", Static), header)
         same = round == self.round and self.shown_text == (source or "")
         if keep_edits and self.editing and round == self.round:
             return

@@ -7,6 +7,7 @@ import time
 import psutil
 from cudaforge.tui.format import fmt_dollars, fmt_elapsed, fmt_speedup, fmt_tokens
 from cudaforge.tui.model import RunModel
+from cudaforge.tui.widgets.static import set_text
 from rich.text import Text
 from textual.widgets import Static
 
@@ -24,7 +25,8 @@ class StatusBar(Static):
             psutil.cpu_percent(None)  # primes the counter: the next call measures since now
 
     def show(self, model: RunModel, now: float | None = None) -> None:
-        self.update(render_status(model, now if now is not None else time.time(), self.system_stats))
+        text = render_status(model, now if now is not None else time.time(), self.system_stats)
+        set_text(self, text, layout=False)  # one line, full width: its size never follows the text
 
 
 def render_status(model: RunModel, now: float, system_stats: bool) -> Text:

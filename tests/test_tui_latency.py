@@ -1,0 +1,97 @@
+"""The parts of the workbench that keep key presses fast (the figures are printed by the Pilot and
+tmux latency tests; nothing gates on them): one probe sample per press, the frozen heap, a footer that
+is rebuilt only when its keys change, panes that skip redraws of unchanged content."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import time
+import types
+
+from cudaforge.tui.app import WorkbenchApp
+from cudaforge.tui.cli import LaunchSpec
+from cudaforge.tui.collector import HeapFreezer
+from cudaforge.tui.latency import LatencyProbe
+from cudaforge.tui.widgets.footer import KeyFooter
+from cudaforge.tui.widgets.rounds import RoundsPane
+from cudaforge.tui.widgets.status import StatusBar
+from tui_kit import FIXTURE_RUN, SIZE
+
+
+def test_the_probe_keeps_one_sample_per_key_press_the_later_sighting() -> None:
+    probe = LatencyProbe()
+    first, second = object(), object()
+    now = time.monotonic()
+    probe.record("2", now - 0.001, first)  # before the focused widget handed the key back
+    probe.record("3", now - 0.010, second)
+    probe.record("2", now - 0.050, first)  # after the action ran
+    assert [k for k, _ in probe.samples_ms] == ["2", "3"]
+    assert probe.samples_ms[0][1] >= 50.0
+    probe.samples_ms.clear()  # what the latency test does before its presses
+    probe.record("2", now, first)
+    assert len(probe.samples_ms) == 1
+
+
+def test_the_heap_freezer_freezes_after_imports_and_gives_the_heap_back() -> None:
+    assert gc.get_freeze_count() == 0
+    heap = HeapFreezer()
+    try:
+        heap.freeze()
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        heap.after_imports()  # nothing imported since: nothing to do
+        assert gc.get_freeze_count() == frozen
+        sys.modules["_cudaforge_test_late_import"] = types.ModuleType("_cudaforge_test_late_import")
+        keep = [[i] for i in range(1000)]  # objects alive since the last freeze
+        heap.after_imports()
+        assert gc.get_freeze_count() >= frozen + len(keep)
+    finally:
+        sys.modules.pop("_cudaforge_test_late_import", None)
+        heap.stop()
+    assert gc.get_freeze_count() == 0
+
+
+def browse_app() -> WorkbenchApp:
+    return WorkbenchApp(LaunchSpec(open_run=str(FIXTURE_RUN), use_user_config=False), system_stats=False,
+                        cwd=FIXTURE_RUN.parent)
+
+
+async def test_switching_panes_does_not_rebuild_the_footer_but_a_new_key_does() -> None:
+    app = browse_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        footer = app.query_one(KeyFooter)
+        keys_before = [str(k.key) for k in footer.query("FooterKey")]
+        assert "a" in keys_before
+        rebuilt = 0
+        original = footer.recompose
+
+        async def counting_recompose() -> None:
+            nonlocal rebuilt
+            rebuilt += 1
+            await original()
+
+        footer.recompose = counting_recompose  # type: ignore[method-assign]
+        await pilot.press("2", "3", "5", "6", "1", "0")  # each one moves the focus
+        await pilot.pause()
+        assert rebuilt == 0
+        app.set_keymap({"approve": "y"})
+        app.refresh_bindings()
+        await pilot.pause()
+        assert rebuilt >= 1
+        assert "y" in [str(k.key) for k in footer.query("FooterKey")]
+
+
+async def test_engine_events_that_change_nothing_redraw_nothing() -> None:
+    app = browse_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        tree = app.query_one(RoundsPane)
+        nodes = dict(tree._round_nodes)
+        status = app.query_one(StatusBar)
+        shown = status.content
+        app._refresh_all()  # what every engine event ends with
+        await pilot.pause()
+        assert tree._round_nodes == nodes, "the round tree was not rebuilt"
+        assert status.content is shown, "the status bar was not updated with the same text"
