@@ -22,11 +22,11 @@ def gpu_lock_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"cudaforge-locks-{uid}"
 
 
-def gpu_lock_path(gpu: int, lock_dir: Path | None = None) -> Path:
+def gpu_lock_path(gpu: int) -> Path:
     """The lock file shared by every evaluation, timing, profile and spare warm-up on `gpu`."""
-    path = lock_dir if lock_dir is not None else gpu_lock_dir()
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return path / f"gpu{gpu}.lock"
+    lock_dir = gpu_lock_dir()
+    lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return lock_dir / f"gpu{gpu}.lock"
 
 
 def other_gpu_processes(gpu: int, exclude: Iterable[int] = ()) -> list[int]:

@@ -392,8 +392,8 @@ def timing(spec: dict[str, Any], task: Any, model: Any, model_new: Any, device: 
         samples = timer.event_times(fns, int(t["warmup"]), int(t["trials"]), warmup_ms=float(t.get("warmup_ms", 0.0)),
                                     min_time_ms=float(t.get("min_time_ms", 0.0)),
                                     max_trials=int(t["max_trials"]) if t.get("max_trials") else None)
-        host, host_events = timer.host_times({k: fns[k] for k in ("reference", "candidate")}, int(t["host_trials"])) \
-            if device.type == "cuda" else (None, None)
+        host = timer.host_times({k: fns[k] for k in ("reference", "candidate")}, int(t["host_trials"])) \
+            if device.type == "cuda" else None
     except CandidateFailure:
         raise
     except Exception as exc:
@@ -405,9 +405,9 @@ def timing(spec: dict[str, Any], task: Any, model: Any, model_new: Any, device: 
     speedup = ref_s.median_ms / cand_s.median_ms if cand_s.median_ms > 0 else float("inf")
     kwargs: dict[str, Any] = {}
     if host is not None:
-        kwargs["host_reference"] = stats(host["reference"], "host_synchronized")
-        kwargs["host_candidate"] = stats(host["candidate"], "host_synchronized")
-        assert host_events is not None
+        host_wall, host_events = host
+        kwargs["host_reference"] = stats(host_wall["reference"], "host_synchronized")
+        kwargs["host_candidate"] = stats(host_wall["candidate"], "host_synchronized")
         _check_hidden_work(kwargs["host_reference"], kwargs["host_candidate"],
                            stats(host_events["reference"], method), stats(host_events["candidate"], method), findings)
     if "compile" in samples:

@@ -357,8 +357,9 @@ class Timer:
 
     def host_times(self, fns: dict[str, Callable[[], Any]], trials: int) -> tuple[dict[str, list[float]],
                                                                                  dict[str, list[float]]]:
-        """Device-wide synchronized host timing, with CUDA events on the current stream around the same
-        calls: (host ms, event ms). Work hidden on side streams or threads is in the first, not the second."""
+        """CUDA only: device-wide synchronized host timing, with CUDA events on the current stream around
+        the same calls: (host ms, event ms). Work hidden on side streams or threads is in the first, not
+        the second."""
         names = list(fns)
         host: dict[str, list[float]] = {n: [] for n in names}
         event: dict[str, list[float]] = {n: [] for n in names}
@@ -367,18 +368,14 @@ class Timer:
             for n in order:
                 self.flush()
                 self._sync()
-                start_ev, end_ev = (self._event(enable_timing=True), self._event(enable_timing=True)) if self.cuda \
-                    else (None, None)
+                start_ev, end_ev = self._event(enable_timing=True), self._event(enable_timing=True)
                 t0 = self._perf()
-                if start_ev is not None:
-                    start_ev.record()
+                start_ev.record()
                 fns[n]()
-                if end_ev is not None:
-                    end_ev.record()
+                end_ev.record()
                 self._sync()
                 host[n].append((self._perf() - t0) * 1e3)
-                if start_ev is not None:
-                    event[n].append(start_ev.elapsed_time(end_ev))
+                event[n].append(start_ev.elapsed_time(end_ev))
         return host, event
 
 
