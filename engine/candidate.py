@@ -2,7 +2,8 @@
 
 Formats: `nvrtc` (kernels compiled at import by cudaforge.engine.nvrtc), `inline`
 (torch.utils.cpp_extension.load_inline with CUDA sources, KernelBench-compatible), `cpu`
-(load_inline with C++ sources only) and `python` (anything else; judged by the integrity rules).
+(load_inline with C++ sources only), `triton` (kernels written with `@triton.jit`; on `--device cpu`
+they run in Triton's interpreter) and `python` (anything else; judged by the integrity rules).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from typing import Literal
 from .errors import CandidateError, TaskError
 from .task import _defined_names, parse_python
 
-CandidateFormat = Literal["nvrtc", "inline", "cpu", "python"]
-FORMATS: tuple[str, ...] = ("nvrtc", "inline", "cpu", "python")
+CandidateFormat = Literal["nvrtc", "inline", "cpu", "triton", "python"]
+FORMATS: tuple[str, ...] = ("nvrtc", "inline", "cpu", "triton", "python")
+_TRITON_KERNEL = re.compile(r"@\s*(?:triton\.)?(?:jit|autotune)\b|\btriton\.(?:jit|autotune)\s*\(")
+_TRITON_IMPORT = re.compile(r"^\s*(?:import\s+triton\b|from\s+triton\b)", re.MULTILINE)
 
 
 def detect_format(source: str) -> CandidateFormat:
@@ -31,6 +34,8 @@ def detect_format(source: str) -> CandidateFormat:
         return "cpu"
     if re.search(r"\bload_kernel\s*\(", source):  # a standalone nvrtc file (helper inlined)
         return "nvrtc"
+    if _TRITON_IMPORT.search(source) and _TRITON_KERNEL.search(source):
+        return "triton"
     return "python"
 
 

@@ -224,10 +224,10 @@ async def _cmd_doctor(args: argparse.Namespace) -> int:
     return doctor_exit_code(checks)
 
 
-def _session_exit(best_speedup: float | None, reason: str) -> int:
+def _session_exit(best_round: int | None, reason: str) -> int:
     if reason == "cancelled":
         return EXIT_INTERRUPTED
-    return EXIT_OK if best_speedup is not None else EXIT_NOT_ACCEPTED
+    return EXIT_OK if best_round is not None else EXIT_NOT_ACCEPTED
 
 
 async def _cmd_run(args: argparse.Namespace) -> int:
@@ -269,7 +269,7 @@ async def _drive(session: Any, args: argparse.Namespace) -> int:
         _eprint(rounds_table)
     else:
         print(rounds_table)
-    return _session_exit(stopped.best_speedup, stopped.reason)
+    return _session_exit(stopped.best_round, stopped.reason)
 
 
 async def _run_single(args: argparse.Namespace, config: Any, task_path: Path) -> int:

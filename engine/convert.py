@@ -9,7 +9,10 @@
   `load_kernel` is replaced by a small shim of the same name whose kernel objects call the extension,
   so the Python model code (`ModelNew`, grid/block arithmetic, argument order) stays the same.
 
-Both raise `ConversionError`, naming the line and what cannot be converted, instead of emitting a
+- `triton_standalone(source)`: a Triton candidate already needs only torch and triton; this checks that
+  it imports nothing of cudaforge and returns it unchanged.
+
+All raise `ConversionError`, naming the line and what cannot be converted, instead of emitting a
 file that would fail later.
 """
 
@@ -448,3 +451,19 @@ def _check_output(text: str, what: str) -> None:
             [a.name for a in node.names] if isinstance(node, ast.Import) else []
         if any(m.split(".")[0] == "cudaforge" for m in mods):
             raise ConversionError(f"internal error: the {what} conversion still imports cudaforge (line {node.lineno})")
+
+
+# ------------------------------------------------------------------ triton
+
+
+def triton_standalone(source: str) -> str:
+    """A Triton candidate as an exported module: unchanged, once it is known to import no cudaforge."""
+    tree = _parse(source)
+    for node in ast.walk(tree):
+        modules = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        for name in modules:
+            if name.split(".")[0] == "cudaforge":
+                raise ConversionError(f"line {node.lineno}: the Triton candidate imports {name}; an exported module "
+                                      "may need only torch and triton")
+    return source

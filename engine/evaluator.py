@@ -19,7 +19,7 @@ from . import result_cache
 from .candidate import Candidate
 from .config import Config
 from .gpu_lock import gpu_lock_path, other_gpu_processes
-from .results import EvalResult, Finding, WorkerExit, from_dict
+from .results import NO_SPEED_CLAIM, EvalResult, Finding, WorkerExit, from_dict
 from .sandbox import ProcessOutcome, live_sandbox_pids, run_sandboxed, tail, wait_sandboxed
 from .spare import DEFAULT_IDLE_S, Spare, start_spare
 from .task import Task
@@ -104,6 +104,15 @@ def apply_policy(findings: tuple[Finding, ...], policy: Mapping[str, str]) -> tu
             f = replace(f, severity=level)  # type: ignore[arg-type]
         out.append(f)
     return tuple(out)
+
+
+def triton_env(cache: Path, device: str) -> dict[str, str]:
+    """Triton's compile and autotuning caches under ours (kept across rounds and processes). On the CPU,
+    Triton candidates run in Triton's interpreter; it is read when a kernel is decorated, so it is set
+    for every CPU worker (a candidate without Triton never reads it). On a GPU it is never set."""
+    env = {"TRITON_CACHE_DIR": str(cache / "triton"), "TRITON_CACHE_AUTOTUNING": "1"}
+    env["TRITON_INTERPRET"] = "1" if device == "cpu" else "0"
+    return env
 
 
 class Evaluator:
@@ -214,6 +223,7 @@ class Evaluator:
         env["CUDAFORGE_NVRTC_CACHE"] = str(cache / "nvrtc")
         env["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
         env["TORCH_EXTENSIONS_DIR"] = str(cache / "torch_extensions")
+        env.update(triton_env(cache, self.options.device))
         env.setdefault("NCCL_NVLS_ENABLE", "0")
         return env
 
@@ -335,7 +345,8 @@ class Evaluator:
             outcome_name = "integrity_failure"
             message = "integrity: " + "; ".join(f.name for f in findings if f.severity == "fail")
         elif outcome_name == "ok":
-            message = f"correct, {result.timing.speedup:.2f}x vs eager" if result.timing else "correct"
+            message = f"correct, {result.timing.speedup:.2f}x vs eager" if result.timing and \
+                result.timing.speedup is not None else f"correct, {NO_SPEED_CLAIM}" if result.timing else "correct"
         return replace(result, findings=findings, outcome=outcome_name, message=message,
                        accepted=outcome_name == "ok")
 

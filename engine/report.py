@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .results import EvalResult, TimingStats
+from .results import NO_SPEED_CLAIM, EvalResult, TimingStats
 
 TICK, CROSS = "PASS", "FAIL"
 
@@ -42,8 +42,11 @@ def format_result(r: EvalResult, *, log_lines: int = 40) -> str:
         lines.append(f"  candidate {_ms(t.candidate)}")
         if t.compile_baseline is not None:
             lines.append(f"  compile   {_ms(t.compile_baseline)}")
-        lines.append(f"  speedup   {t.speedup:.3f}x  (spread {t.speedup_low:.3f}–{t.speedup_high:.3f})"
-                     + (f"   vs torch.compile {t.speedup_vs_compile:.3f}x" if t.speedup_vs_compile else ""))
+        if t.speedup is None:
+            lines.append(f"  speedup   none: {NO_SPEED_CLAIM}")
+        else:
+            lines.append(f"  speedup   {t.speedup:.3f}x  (spread {t.speedup_low:.3f}–{t.speedup_high:.3f})"
+                         + (f"   vs torch.compile {t.speedup_vs_compile:.3f}x" if t.speedup_vs_compile else ""))
         if t.host_candidate is not None and t.host_reference is not None:
             lines.append(f"  device-synchronized host time: reference {t.host_reference.median_ms * 1e3:.1f} µs, "
                          f"candidate {t.host_candidate.median_ms * 1e3:.1f} µs")

@@ -28,6 +28,9 @@ Outcome = Literal[
 
 Severity = Literal["fail", "warn", "info"]
 
+# Said wherever a speedup would be printed for a timing that is no speed claim (Timing.speedup is None).
+NO_SPEED_CLAIM = "interpreter time (Triton's interpreter on the CPU): no speed claim"
+
 
 @dataclass(frozen=True)
 class CompileResult:
@@ -36,6 +39,7 @@ class CompileResult:
     seconds: float = 0.0
     cached: bool = False
     log: str = ""
+    triton: dict[str, Any] = field(default_factory=dict)  # Triton: version, interpreter, kernels, autotune choices
 
 
 @dataclass(frozen=True)
@@ -94,14 +98,16 @@ class TimingStats:
     max_ms: float
     mean_ms: float
     trials: int
-    method: str  # "cuda_event", "host_synchronized" or "perf_counter"
+    method: str  # "cuda_event", "host_synchronized", "perf_counter" or "triton_interpreter"
 
 
 @dataclass(frozen=True)
 class Timing:
     reference: TimingStats
     candidate: TimingStats
-    speedup: float  # reference median / candidate median, measured interleaved in one run
+    # reference median / candidate median, measured interleaved in one run; None when the candidate's
+    # time is no speed claim (a Triton candidate run by Triton's interpreter on the CPU)
+    speedup: float | None
     speedup_low: float  # (reference q25 / candidate q75): a pessimistic spread bound
     speedup_high: float
     host_reference: TimingStats | None = None

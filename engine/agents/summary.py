@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cudaforge.engine.results import EvalResult, OutputCheck, TimingStats
+from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult, OutputCheck, TimingStats
 
 LOG_TAIL_LINES = 60
 LOG_TAIL_CHARS = 4000
@@ -111,6 +111,8 @@ def summarize_result(result: EvalResult | None, *, include_logs: bool = True) ->
         lines.append(f"timing: candidate {_ms(t.candidate)}; reference (eager PyTorch) {_ms(t.reference)}")
         lines.append(
             f"speedup vs eager: {t.speedup:.3g}x (spread {t.speedup_low:.3g}x to {t.speedup_high:.3g}x)"
+            if t.speedup is not None
+            else f"speedup vs eager: none, {NO_SPEED_CLAIM}"
         )
         if t.speedup_vs_compile is not None:
             lines.append(f"speedup vs torch.compile: {t.speedup_vs_compile:.3g}x")

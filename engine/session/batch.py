@@ -288,7 +288,8 @@ def _outcome(row: TaskOutcome, run_dir: Path, reason: str, message: str, *, prio
     state = store.state
     calls = store.calls()
     best = state.get("best_speedup")
-    return replace(row, status="done", run_dir=str(run_dir), correct=best is not None, best_speedup=best,
+    return replace(row, status="done", run_dir=str(run_dir), correct=state.get("best_round") is not None,
+                   best_speedup=best,
                    best_round=state.get("best_round"), rounds=int(state.get("rounds_done", 0)),
                    tokens=sum(c.usage.total_tokens for c in calls), dollars=sum(c.cost_usd or 0.0 for c in calls),
                    wall_s=prior_s, stop_reason=reason, message=message, gpu=gpu)

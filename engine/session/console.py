@@ -101,7 +101,8 @@ class ProgressDisplay:
             case Notice():
                 return f"{e.level}: {e.text}"
             case SessionStopped():
-                best = f"{e.best_speedup:.2f}x (round {e.best_round})" if e.best_speedup is not None else "none"
+                best = f"{e.best_speedup:.2f}x (round {e.best_round})" if e.best_speedup is not None else \
+                    f"round {e.best_round} (no speed claim)" if e.best_round is not None else "none"
                 return f"stopped: {e.message}; best {best}"
         return None
 

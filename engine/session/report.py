@@ -6,15 +6,24 @@ from pathlib import Path
 
 from cudaforge.engine.errors import UsageError
 from cudaforge.engine.fsutil import atomic_write_text
+from cudaforge.engine.results import NO_SPEED_CLAIM
 from cudaforge.engine.session.store import RoundRecord, RunStore
 
 BAR_WIDTH = 30
 
 
 def best_round(rounds: list[RoundRecord]) -> RoundRecord | None:
-    """The accepted round with the highest speedup (earliest on a tie)."""
+    """The accepted round with the highest speedup (earliest on a tie); where no accepted round's time is
+    a speed claim (Triton's interpreter on the CPU), the latest accepted round."""
     accepted = [r for r in rounds if r.speedup is not None]
-    return max(accepted, key=lambda r: (r.speedup, -r.round)) if accepted else None
+    if accepted:
+        return max(accepted, key=lambda r: (r.speedup, -r.round))
+    unclaimed = [r for r in rounds if r.result is not None and r.result.accepted]
+    return unclaimed[-1] if unclaimed else None
+
+
+def _speed(r: RoundRecord) -> str:
+    return f"{r.speedup:.2f}x vs eager" if r.speedup is not None else f"accepted, {NO_SPEED_CLAIM}"
 
 
 def round_rows(rounds: list[RoundRecord]) -> list[tuple[str, ...]]:
@@ -37,7 +46,7 @@ def format_rounds(store: RunStore) -> str:
     best = best_round(rounds)
     lines.append("")
     if best is not None:
-        lines.append(f"best: round {best.round}, {best.speedup:.2f}x vs eager -> {store.round_dir(best.round)}/candidate.py")
+        lines.append(f"best: round {best.round}, {_speed(best)} -> {store.round_dir(best.round)}/candidate.py")
     else:
         lines.append("no correct candidate yet")
     lines.append(f"run folder: {store.path}  (resume: cudaforge resume {store.path})")
@@ -65,7 +74,9 @@ def markdown_report(store: RunStore) -> str:
            f"- LLM usage: {len(calls)} calls, {tokens} tokens, ${dollars:.3f}"
            + (f" ({unpriced} calls unpriced: a lower bound)" if unpriced else ""),
            ""]
-    if best is not None and best.result is not None and best.result.timing is not None:
+    if best is not None and best.speedup is None:
+        out.append(f"**Best: round {best.round}, {_speed(best)}.**")
+    elif best is not None and best.result is not None and best.result.timing is not None:
         t = best.result.timing
         out.append(f"**Best: round {best.round}, {best.speedup:.2f}x vs eager PyTorch** "
                    f"(candidate median {t.candidate.median_ms * 1000:.1f} us, reference "
@@ -98,7 +109,8 @@ def export_best(run_dir: str | Path, out: str | Path, *, format: str = "standalo
                 report: str | Path | None = None, round: int | None = None) -> tuple[Path, Path]:
     """Write the best (or a chosen) round's candidate as a module that needs only torch, plus the report.
 
-    format: "standalone" keeps the candidate's own format (nvrtc gets our NVRTC helper inlined);
+    format: "standalone" keeps the candidate's own format (nvrtc gets our NVRTC helper inlined; a Triton
+    candidate needs torch and triton);
     "inline" converts an nvrtc candidate to the KernelBench load_inline format.
     """
     store = RunStore.open(run_dir, read_only=True)
@@ -112,6 +124,10 @@ def export_best(run_dir: str | Path, out: str | Path, *, format: str = "standalo
         from cudaforge.engine import convert
 
         source = convert.to_inline(source) if format == "inline" else convert.to_standalone(source)
+    elif chosen.format == "triton" and format != "inline":
+        from cudaforge.engine import convert
+
+        source = convert.triton_standalone(source)
     elif format == "inline" and chosen.format not in ("inline", "cpu"):
         raise UsageError(f"round {chosen.round} is a {chosen.format} candidate; only nvrtc converts to inline")
     out = Path(out)

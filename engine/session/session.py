@@ -511,6 +511,12 @@ class Session:
     # ---- bookkeeping ------------------------------------------------------------------------------
     def _after_round(self, n: int, parent: int | None, result: EvalResult | None) -> None:
         prog, p = self.progress, self.policy
+        if result is not None and result.accepted and result.speedup is None:
+            # accepted, timed by Triton's interpreter: no speed claim, so the newest such round is the best
+            prog.failures, prog.since_best, prog.head = 0, 0, n
+            if prog.best_speedup is None:
+                prog.best = n
+            return
         if result is not None and result.accepted and result.speedup is not None:
             prog.failures = 0
             if prog.best_speedup is None or result.speedup > prog.best_speedup:

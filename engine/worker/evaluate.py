@@ -12,6 +12,7 @@ from typing import Any
 
 from ..integrity import check_cache_reuse, source_findings
 from ..results import Finding, to_dict
+from . import triton_support
 from .compare import DEFAULT_TOLERANCE, compare_output, flatten_outputs, would_pass_trivially
 from .harness import (
     BuildRecorder,
@@ -42,6 +43,9 @@ _CUDA_ERROR = re.compile(r"CUDA error|illegal memory access|an illegal instructi
 def classify_exception(exc: BaseException, where: str) -> CandidateFailure:
     """Map an exception raised by candidate code to an outcome class."""
     tb = traceback.format_exc()
+    triton_failure = _triton_failure(exc, tb)
+    if triton_failure is not None:
+        return triton_failure
     name = type(exc).__name__
     text = f"{name}: {exc}"
     first_line = text.strip().splitlines()[0][:300] if text.strip() else name
@@ -50,6 +54,21 @@ def classify_exception(exc: BaseException, where: str) -> CandidateFailure:
     if _CUDA_ERROR.search(text) or name == "AcceleratorError":
         return CandidateFailure("cuda_error", f"CUDA error during {where}: {first_line}", tb=tb)
     return CandidateFailure("runtime_error", f"{first_line} (during {where})", tb=tb)
+
+
+_SPEC_PATHS: dict[str, str] = {}  # the candidate's file, for mapping Triton errors to its lines
+
+
+def _triton_failure(exc: BaseException, tb: str) -> CandidateFailure | None:
+    """A missing triton (exit 3, with the install command) or a Triton kernel that does not compile."""
+    missing = triton_support.missing_triton(exc)
+    if missing is not None:
+        return CandidateFailure("unavailable", missing, tb=tb)
+    path = _SPEC_PATHS.get("candidate")
+    failure = triton_support.compile_failure(exc, path) if path else None
+    if failure is not None:
+        return CandidateFailure("compile_error", failure[0], log=failure[1], tb=tb)
+    return None
 
 
 def _is_build_error(exc: BaseException) -> bool:
@@ -113,6 +132,9 @@ def build_candidate(spec: dict[str, Any], recorder: BuildRecorder, task: Any, in
     import torch
 
     phase("build")
+    _SPEC_PATHS["candidate"] = spec["candidate_path"]
+    if spec.get("format") == "triton":
+        triton_support.install()  # before the candidate's kernels are decorated
     start = time.perf_counter()
     try:
         module = import_file(spec["candidate_path"], "cudaforge_candidate")
@@ -354,6 +376,7 @@ def check_custom_code(spec: dict[str, Any], recorder: BuildRecorder, model_new: 
 def _candidate_kernel_names(source: str) -> set[str]:
     names = set(re.findall(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?\w[\w\s\*:<>,]*?\b(\w+)\s*\(", source))
     names.update(re.findall(r"load_kernel\(\s*\w+\s*,\s*[\"'](\w+)", source))
+    names.update(triton_support.jit_function_names(source))  # Triton names a kernel after its function
     return {n for n in names if n not in ("void",)}
 
 
@@ -400,6 +423,9 @@ def timing(spec: dict[str, Any], task: Any, model: Any, model_new: Any, device: 
         raise classify_exception(exc, "timing") from None
     method = "cuda_event" if device.type == "cuda" else "perf_counter"
     ref_s, cand_s = stats(samples["reference"], method), stats(samples["candidate"], method)
+    interpreted = spec.get("format") == "triton" and triton_support.interpreting()
+    if interpreted:  # interpreter time: reported, but no speed claim is made from it
+        cand_s = stats(samples["candidate"], triton_support.INTERPRETER_METHOD)
     r25, r75 = quartiles(samples["reference"])
     c25, c75 = quartiles(samples["candidate"])
     speedup = ref_s.median_ms / cand_s.median_ms if cand_s.median_ms > 0 else float("inf")
@@ -417,8 +443,11 @@ def timing(spec: dict[str, Any], task: Any, model: Any, model_new: Any, device: 
     settings = {"numerics": current_numerics()}
     if compiled_note:
         settings["compile_baseline_error"] = compiled_note
-    timing_result = Timing(reference=ref_s, candidate=cand_s, speedup=speedup,
-                           speedup_low=r25 / c75 if c75 > 0 else 0.0, speedup_high=r75 / c25 if c25 > 0 else 0.0,
+    low, high = (r25 / c75 if c75 > 0 else 0.0), (r75 / c25 if c25 > 0 else 0.0)
+    if interpreted:
+        speedup, low, high = None, 0.0, 0.0
+        kwargs["speedup_vs_compile"] = None
+    timing_result = Timing(reference=ref_s, candidate=cand_s, speedup=speedup, speedup_low=low, speedup_high=high,
                            l2_flush=timer.flush_buffer is not None, warmup=int(t["warmup"]), settings=settings, **kwargs)
     _speed_of_light(spec, inputs, model, cand_s.median_ms, device, findings)
     return to_dict(timing_result)
@@ -550,6 +579,8 @@ def evaluate(spec: dict[str, Any], result: dict[str, Any]) -> None:
         lambda seed: make_inputs(task, seed, device, _float_dtype(spec["precision"])),
         atol=corr["atol"], rtol=corr["rtol"], seed=int(spec["seed"]) + 20_000))
     result["timing"] = timing(spec, task, model, model_new, device, findings, default_numerics)
+    if spec.get("format") == "triton":  # after timing: the configurations autotuning chose are final
+        result["compile"]["triton"] = triton_support.build_info(sys.modules.get("cudaforge_candidate"))
     changed = [k for k, v in _harness_identity().items() if identity.get(k) != v]
     if changed:
         findings.append(Finding("harness_tampering", "fail", f"the candidate replaced {', '.join(changed)}",

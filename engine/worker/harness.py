@@ -134,6 +134,9 @@ def custom_launches(recorder: BuildRecorder) -> dict[str, int]:
     nvrtc = sys.modules.get("cudaforge.engine.nvrtc")
     if nvrtc is not None:
         counts.update({f"nvrtc:{k}": v for k, v in nvrtc.LAUNCH_COUNTS.items()})
+    triton_launches = sys.modules.get("cudaforge.engine.worker.triton_support")
+    if triton_launches is not None:
+        counts.update(triton_launches.launches())
     return counts
 
 
@@ -142,6 +145,9 @@ def reset_launches(recorder: BuildRecorder) -> None:
     nvrtc = sys.modules.get("cudaforge.engine.nvrtc")
     if nvrtc is not None:
         nvrtc.LAUNCH_COUNTS.clear()
+    triton_launches = sys.modules.get("cudaforge.engine.worker.triton_support")
+    if triton_launches is not None:
+        triton_launches.LAUNCH_COUNTS.clear()
 
 
 # ------------------------------------------------------------------ inputs

@@ -3,7 +3,7 @@ elements (index, expected, got); the timing summary; the integrity findings with
 
 from __future__ import annotations
 
-from cudaforge.engine.results import EvalResult, OutputCheck
+from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult, OutputCheck
 from cudaforge.tui.format import SEVERITY_STYLE, fmt_err, fmt_speedup, status_glyph
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -62,8 +62,9 @@ def render_correctness(result: EvalResult | None) -> RenderableType:
         t = result.timing
         parts.append(Text(
             f"timing: reference {t.reference.median_ms:.4f} ms, candidate {t.candidate.median_ms:.4f} ms "
-            f"(median of {t.candidate.trials}, {t.candidate.method}) → speedup {fmt_speedup(t.speedup)} "
-            f"[{t.speedup_low:.2f}–{t.speedup_high:.2f}]"
+            f"(median of {t.candidate.trials}, {t.candidate.method}) → "
+            + (f"speedup {fmt_speedup(t.speedup)} [{t.speedup_low:.2f}–{t.speedup_high:.2f}]"
+               if t.speedup is not None else NO_SPEED_CLAIM)
             + (f", vs torch.compile {fmt_speedup(t.speedup_vs_compile)}" if t.speedup_vs_compile else ""),
             style="bold"))
     if result.findings:
