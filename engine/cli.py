@@ -106,8 +106,8 @@ def _session_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--auto", action="store_true", help="short for --mode auto")
     p.add_argument("--rounds", type=int, help="maximum rounds (default [session] rounds: 10)")
     p.add_argument("--target-speedup", type=float, help="stop once the best speedup reaches this")
-    p.add_argument("--format", dest="cand_format", choices=("nvrtc", "inline", "cpu"),
-                   help="candidate format the Coder writes")
+    p.add_argument("--format", dest="cand_format", choices=("nvrtc", "inline", "cpu", "triton"),
+                   help="candidate format the Coder writes (triton runs in Triton's interpreter on --device cpu)")
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -68,7 +68,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "session": {
         "rounds": Key(10, int, minimum=1),
         "mode": Key("review", str, ("review", "auto", "manual")),
-        "format": Key("nvrtc", str, ("nvrtc", "inline", "cpu")),
+        "format": Key("nvrtc", str, ("nvrtc", "inline", "cpu", "triton")),
         "target_speedup": Key(None, (int, float), optional=True),
         "plateau_rounds": Key(None, int, minimum=1, optional=True),
         "revert_after_failures": Key(3, int, minimum=1, doc="failed rounds in a row before going back to the best"),

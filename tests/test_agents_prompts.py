@@ -358,8 +358,8 @@ def test_render_template_rejects_missing_and_unused_values() -> None:
 
 
 def test_unknown_format_is_rejected() -> None:
-    with pytest.raises(ValueError, match="unknown candidate format 'triton'"):
-        build_coder_seed(TASK, format="triton")
+    with pytest.raises(ValueError, match="unknown candidate format 'cuda_tile'"):
+        build_coder_seed(TASK, format="cuda_tile")
 
 
 def test_summaries() -> None:

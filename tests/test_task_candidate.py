@@ -72,6 +72,9 @@ def test_candidate_without_model_new(tmp_path: Path) -> None:
             "cpu",
         ),
         ("import torch\nclass ModelNew: pass\n", "python"),
+        ("import triton\nimport triton.language as tl\n@triton.jit\ndef k(x_ptr):\n    pass\n", "triton"),
+        ("from triton import jit\n@jit\ndef k(x_ptr):\n    pass\n", "triton"),
+        ("import triton\nimport torch\nn = triton.cdiv(10, 4)\n", "python"),
     ],
 )
 def test_format_detection(source: str, fmt: str) -> None:
@@ -85,4 +88,4 @@ def test_examples_load() -> None:
         load_task(task_path)
         for cand in task_path.parent.glob("*.py"):
             if cand.name != "task.py":
-                assert load_candidate(cand).format in ("nvrtc", "inline", "cpu", "python")
+                assert load_candidate(cand).format in ("nvrtc", "inline", "cpu", "triton", "python")

@@ -26,7 +26,7 @@ from cudaforge.engine.agents.summary import (
 from cudaforge.engine.llm.types import Message
 from cudaforge.engine.results import EvalResult
 
-FORMATS = ("nvrtc", "inline", "cpu")
+FORMATS = ("nvrtc", "inline", "cpu", "triton")
 _PLACEHOLDER = re.compile(r"\{\{([a-z_]+)\}\}")
 
 CORRECT_KEYS = ("critical_issue", "why_it_matters", "minimal_fix_hint")

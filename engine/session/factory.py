@@ -72,8 +72,8 @@ def build_parts(config: Config, *, mode: str | None = None, env: dict[str, str] 
         if ncu.enabled:
             profiler = Profiler(evaluator, ncu, chip=getattr(gpu_profile, "chip", "") or "")
     fmt = config.get("session", "format")
-    if device == "cpu" and fmt != "cpu":
-        fmt = "cpu"  # a CPU device runs C++ candidates only
+    if device == "cpu" and fmt not in ("cpu", "triton"):
+        fmt = "cpu"  # a CPU device runs C++ candidates, and Triton ones in Triton's interpreter
     gpu_summary = _gpu_summary(gpu_profile, device)
     notices: list[str] = []
     coder = judge = None
