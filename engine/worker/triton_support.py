@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import statistics
 import sys
 import time
@@ -175,23 +176,21 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 
 def _compilation_line(exc: Any, candidate_path: str) -> int | None:
-    """The candidate's line of a CompilationError: its node's line counts from the jit function's `def`."""
+    """The candidate's line of a CompilationError: its node's line counts from the `def` of the jit
+    function whose source it carries (read from the source, not from Triton internals that move)."""
     node_line = getattr(getattr(exc, "node", None), "lineno", None)
-    module = sys.modules.get(CANDIDATE_MODULE)
-    if node_line is None or module is None:
+    src = getattr(exc, "src", None)
+    match = re.search(r"^\s*def\s+(\w+)", src or "", re.MULTILINE)
+    if node_line is None or match is None:
         return None
-    from triton.runtime.jit import JITFunction, get_jit_fn_file_line
-
-    for value in vars(module).values():
-        fn = value
-        while fn is not None and not isinstance(fn, JITFunction):
-            fn = getattr(fn, "fn", None)
-        if fn is None or fn.src != exc.src:
-            continue
-        file_name, def_line = get_jit_fn_file_line(fn)
-        if Path(file_name).resolve() == Path(candidate_path).resolve():
-            return def_line + node_line - 1
-    return None
+    try:
+        tree = ast.parse(Path(candidate_path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return None
+    defs = [n.lineno for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.name == match.group(1)]
+    before_def = src[:match.start(1)].count("\n") if src else 0  # 0 where the source starts at its `def`
+    return defs[0] + node_line - 1 - before_def if len(defs) == 1 else None
 
 
 def _traceback_line(exc: BaseException, candidate_path: str) -> int | None:
