@@ -7,7 +7,9 @@ with the `a` key, as a person would; between keys the pane keys are pressed to m
 key-press-to-render latency while rounds run. Saves an SVG screenshot (the best round's NCU pane)
 and prints a summary with the latency figure.
 
-    python bench/gpu_tui_session.py docs/screenshot.svg [--task examples/softmax/task.py] [--gpu 0]
+    python bench/gpu_tui_session.py docs/screenshot.svg [--task examples/softmax/task.py] [--gpu 0] [--triton]
+
+--triton: the Coder is asked for (and replies with) Triton candidates, triton_kernel.py beside the task.
 """
 
 from __future__ import annotations
@@ -44,11 +46,11 @@ def judge(method: str) -> Reply:
                  input_tokens=8000, output_tokens=500)
 
 
-def write_config(folder: Path, base_url: str, gpu: int, rounds: int, device: str) -> Path:
+def write_config(folder: Path, base_url: str, gpu: int, rounds: int, device: str, fmt: str | None = None) -> Path:
     llm = (f'provider = "openai-compatible"\nmodel = "scripted"\nbase_url = "{base_url}"\n'
            f'api_key_env = "{KEY_ENV}"\ntimeout_s = 60.0\nmax_retries = 0\n')
     text = (f'# bench/gpu_tui_session.py: CUDA device, scripted Coder and Judge\n[eval]\ndevice = "{device}"\ngpu = {gpu}\n\n'
-            f'[session]\nrounds = {rounds}\nformat = "{"nvrtc" if device == "cuda" else "cpu"}"\n\n[run]\nfolder = "{folder / "runs"}"\n\n'
+            f'[session]\nrounds = {rounds}\nformat = "{fmt or ("nvrtc" if device == "cuda" else "cpu")}"\n\n[run]\nfolder = "{folder / "runs"}"\n\n'
             f"[coder]\n{llm}\n[judge]\n{llm}")
     path = folder / "cudaforge.toml"
     path.write_text(text, encoding="utf-8")
@@ -93,10 +95,12 @@ def main() -> int:
     p.add_argument("--story", action="store_true",
                    help="softmax only: the scripted 4-round story of bench/gpu_session.py (compile error, repair, "
                         "optimize, regression)")
+    p.add_argument("--triton", action="store_true", help="Triton replies: [session] format = \"triton\" and "
+                   "triton_kernel.py beside the task as the Coder's module")
     p.add_argument("--copy-run", type=Path, help="also write the run folder as a .tgz here")
     p.add_argument("--pane", default=None, help="pane key for the screenshot (default: 4 = NCU on cuda, 1 on cpu)")
     args = p.parse_args()
-    default = "nvrtc.py" if args.device == "cuda" else "cpu.py"
+    default = "triton_kernel.py" if args.triton else "nvrtc.py" if args.device == "cuda" else "cpu.py"
     candidate = (args.candidate or args.task.parent / default).read_text(encoding="utf-8")
     os.environ[KEY_ENV] = "scripted-not-a-key"
     script = [coder(candidate, "Seed: one thread per element")]
@@ -109,7 +113,8 @@ def main() -> int:
         args.rounds = 4
     folder = Path(tempfile.mkdtemp(prefix="cf-tui-bench-"))
     with ScriptedLLMServer(script) as server:
-        config = write_config(folder, server.base_url_compat, args.gpu, args.rounds, args.device)
+        config = write_config(folder, server.base_url_compat, args.gpu, args.rounds, args.device,
+                              "triton" if args.triton else None)
         app = WorkbenchApp(LaunchSpec(task=str(args.task), config_file=str(config), mode="review",
                                       use_user_config=False), cwd=folder)
         pane = args.pane or ("4" if args.device == "cuda" else "1")
