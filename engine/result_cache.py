@@ -41,7 +41,7 @@ EVAL_RELEVANT = ("device", "precision", "trials", "seed", "atol", "rtol", "secon
                  "integrity_policy", "speed_of_light_margin", "peak_bandwidth_gbs")
 _ENGINE = Path(__file__).resolve().parent
 _CODE_FILES = ("worker/harness.py", "worker/evaluate.py", "worker/compare.py", "integrity.py", "results.py",
-               "nvrtc.py", "evaluator.py")
+               "nvrtc.py", "evaluator.py", "worker/triton_support.py")
 
 
 def _canonical(value: Any) -> Any:
@@ -93,9 +93,9 @@ def code_hash() -> str:
 
 @lru_cache(maxsize=1)
 def software_versions() -> dict[str, str]:
-    """Python, torch, torch's CUDA and cudaforge versions, read without importing torch."""
+    """Python, torch, torch's CUDA, triton and cudaforge versions, read without importing torch."""
     out = {"python": platform.python_version()}
-    for dist, name in (("torch", "torch"), ("cudaforge-tui", "cudaforge")):
+    for dist, name in (("torch", "torch"), ("triton", "triton"), ("cudaforge-tui", "cudaforge")):
         try:
             out[name] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:

@@ -6,6 +6,7 @@ Correctness is real; the interpreter's time is reported but never as a speedup."
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import subprocess
@@ -263,3 +264,39 @@ async def test_scripted_triton_session_then_export(server, cache_dir: Path, tmp_
     run = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=env, timeout=120,
                          cwd=tmp_path)
     assert run.returncode == 0 and "exported module ok" in run.stdout, run.stderr
+
+
+async def test_workbench_shows_a_triton_compile_error_at_its_line(server, cache_dir: Path, tmp_path: Path) -> None:
+    """The TUI, auto mode, Triton replies: round 1's kernel does not compile (its line is selected in the
+    Source pane, the error line marked in the Compiler pane), round 2 is accepted with no speed claim."""
+    from cudaforge.tui.widgets.compiler import CompilerPane
+    from cudaforge.tui.widgets.correctness import CorrectnessPane
+    from rich.console import Console
+    from session_kit import coder_reply, judge_correct_reply
+    from tui_kit import SIZE, task_app, wait_until, write_config
+
+    server.push(coder_reply((TASKS / "compile_error.py").read_text()), judge_correct_reply("tl.arange(0, 300)"),
+                coder_reply((TASKS / "honest.py").read_text()))
+    config = write_config(tmp_path, cache_dir, server, rounds=2)
+    config.write_text(config.read_text().replace('format = "cpu"', 'format = "triton"'))
+    app = task_app(tmp_path, config, task=TASK, mode="auto")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.model.stopped is not None, timeout=240, what="the session to stop")
+        assert [app.model.rounds[n].status for n in (1, 2)] == ["compile_error", "ok"]
+        assert app.model.best_round == 2 and app.model.best_speedup is None
+        app.selected = 1
+        app._refresh_all()
+        await pilot.pause()
+        selection = app.source_pane.editor.selection
+        assert selection.start == (10, 0), selection  # line 11 of the candidate, 0-based
+        compiler = app.query_one(CompilerPane)
+        assert compiler.current is not None
+        assert "candidate.py:11: error:" in compiler.lines[compiler.errors[compiler.current]].text
+        app.selected = 2
+        app._refresh_all()
+        await pilot.pause()
+        console = Console(width=400, record=True, file=io.StringIO())
+        for widget in app.query_one(CorrectnessPane).query("Static"):
+            console.print(widget.content)
+        shown = console.export_text()
+        assert "triton_interpreter" in shown and NO_SPEED_CLAIM in shown and "speedup" not in shown
