@@ -86,7 +86,12 @@ def test_triton_kernel_error_is_a_compile_error_with_the_line(cpu_options) -> No
     assert "tl.arange(0, 300)" in source.splitlines()[10]
 
 
-def test_compilation_error_of_the_gpu_path_maps_to_the_candidate_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("bad_line", "expected"), [
+    ("y = x + undefined_thing", "undefined_thing"),  # a name error (a type error is reported the same way)
+    ("y = [x for _ in range(2)][0]", "comprehension"),  # Python that is no Triton: a syntax error to Triton
+])
+def test_compilation_error_of_the_gpu_path_maps_to_the_candidate_line(bad_line: str, expected: str,
+                                                                      tmp_path: Path) -> None:
     """Triton's compiler front end (no GPU needed) raises CompilationError with a line counted from the
     kernel's `def`; the worker turns it into the candidate's line."""
     cand = tmp_path / "candidate.py"
@@ -100,9 +105,9 @@ def test_compilation_error_of_the_gpu_path_maps_to_the_candidate_line(tmp_path: 
         def cf_broken(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
             offs = tl.arange(0, BLOCK)
             x = tl.load(x_ptr + offs, mask=offs < n)
-            y = x + undefined_thing
+            BAD_LINE
             tl.store(y_ptr + offs, y, mask=offs < n)
-        '''))
+        ''').replace("BAD_LINE", bad_line))
     script = textwrap.dedent(f'''\
         import json
         import triton
@@ -124,8 +129,8 @@ def test_compilation_error_of_the_gpu_path_maps_to_the_candidate_line(tmp_path: 
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     first, log = json.loads(out.stdout.strip().splitlines()[-1])
-    assert first.startswith("compile error: line 10: CompilationError") and "undefined_thing" in first
-    assert log.startswith("candidate.py:10: error:") and "    10 |     y = x + undefined_thing" in log
+    assert first.startswith("compile error: line 10: CompilationError") and expected in first
+    assert log.startswith("candidate.py:10: error:") and f"    10 |     {bad_line}\n" in log
 
 
 @pytest.mark.xfail(reason="needs pytorch_fallback (issue 15)", strict=False)
