@@ -471,6 +471,9 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
     with contextlib.suppress(Exception):  # a failure here shows up again, properly reported, in the job
         import torch.utils.cpp_extension  # noqa: F401
         if device == "cuda" and torch.cuda.is_available():
+            from .triton_support import preload
+
+            preload()  # triton, when installed: a Triton round does not pay for its import
             with _gpu_lock(lock_path):
                 torch.cuda.set_device(gpu)
                 torch.zeros(1, device=f"cuda:{gpu}")

@@ -51,6 +51,15 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+def preload() -> None:
+    """Import triton in a GPU spare while the LLM thinks (when installed), so a Triton round does not
+    pay for the import; nothing else is done with it until a Triton candidate arrives."""
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is not None:
+        import triton.language  # noqa: F401
+
+
 def install() -> None:
     """Count completed launches of the candidate's jit functions (compiled or interpreted), and give the
     interpreter's autotuner a CPU timer (Triton's own benchmarker needs a GPU driver)."""
