@@ -34,7 +34,7 @@ class Field:
 FIELDS: tuple[Field, ...] = (
     Field("session", "mode", str, "review | auto | manual"),
     Field("session", "rounds", int, "rounds per session"),
-    Field("session", "format", str, "nvrtc | inline | cpu"),
+    Field("session", "format", str, "nvrtc | inline | cpu | triton"),
     Field("session", "target_speedup", float, "stop when reached (empty: none)"),
     Field("eval", "device", str, "cuda | cpu"),
     Field("eval", "gpu", int, "CUDA device index"),
