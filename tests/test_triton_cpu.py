@@ -305,3 +305,41 @@ async def test_workbench_shows_a_triton_compile_error_at_its_line(server, cache_
             console.print(widget.content)
         shown = console.export_text()
         assert "triton_interpreter" in shown and NO_SPEED_CLAIM in shown and "speedup" not in shown
+
+
+def test_the_coders_triton_example_is_accepted(cpu_options, tmp_path: Path) -> None:
+    """The example in the Coder's Triton prompt is ours and must itself pass (autotuned, in the interpreter)."""
+    import re
+
+    from cudaforge.engine.agents.prompts import load_template
+
+    code = re.search(r"```python\n(.*?)```", load_template("format_triton"), re.S)
+    assert code is not None
+    task = tmp_path / "scale_add_task.py"
+    task.write_text(textwrap.dedent('''\
+        import torch
+        import torch.nn as nn
+
+        COLS = 37
+
+
+        class Model(nn.Module):
+            def __init__(self, cols, alpha):
+                super().__init__()
+                self.bias = nn.Parameter(torch.randn(cols))
+                self.alpha = alpha
+
+            def forward(self, x):
+                return self.alpha * x + self.bias
+
+
+        def get_inputs():
+            return [torch.randn(5, COLS)]
+
+
+        def get_init_inputs():
+            return [COLS, 0.5]
+        '''))
+    r = evaluate(cpu_options, Candidate.from_source(code.group(1)), task)
+    assert r.outcome == "ok" and r.format == "triton", r.message
+    assert r.compile is not None and r.compile.triton["autotune"]["cf_scale_add"]["best"] is not None

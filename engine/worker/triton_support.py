@@ -94,7 +94,8 @@ def _counted(original: Any) -> Any:
 
 
 def _cpu_bench(kernel_call: Any, quantiles: Any = None, **_: Any) -> list[float]:
-    """Median, 20th and 80th percentile (ms) of a few interpreted calls: enough to pick a config."""
+    """Median, fastest and slowest (ms) of three interpreted calls, in the shape Triton's benchmarker
+    returns: enough to pick a configuration."""
     samples = []
     kernel_call()
     for _ in range(3):
