@@ -158,9 +158,9 @@ def compile_failure(exc: BaseException, candidate_path: str) -> tuple[str, str] 
     errors = sys.modules.get("triton.compiler.errors")
     chain = _chain(exc)
     compilation = [e for e in chain if errors is not None and isinstance(e, errors.CompilationError)]
-    if compilation:
-        inner = compilation[-1]
-        line = _compilation_line(inner, candidate_path)
+    if compilation:  # the innermost error that names a line of the candidate (a called jit function's)
+        located = [(e, _compilation_line(e, candidate_path)) for e in reversed(compilation)]
+        inner, line = next(((e, n) for e, n in located if n is not None), (compilation[-1], None))
         message = (getattr(inner, "error_message", None) or str(inner).strip().splitlines()[-1]).strip()
         return _report(candidate_path, line, f"{type(inner).__name__}: {message}")
     interp = sys.modules.get("triton.runtime.interpreter")
