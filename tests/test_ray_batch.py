@@ -10,6 +10,7 @@ repeated); a local Ray instance when no address is given; `--ray` without Ray in
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import json
@@ -271,3 +272,51 @@ def test_ray_flag_without_ray_installed_says_how_to_install(tmp_path: Path, monk
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["cudaforge: error: --ray needs Ray, which is not installed here: pip install 'cudaforge-tui[ray]'"]
     assert not (tmp_path / "runs").exists()  # no half-made batch folder
+
+
+def test_unreachable_cluster_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("ray", reason="the [ray] extra is not installed")
+    from cudaforge.engine.config import load_config
+    from cudaforge.engine.errors import ToolUnavailable
+    from cudaforge.engine.session.ray_backend import RayPool
+
+    cfg = load_config(None, {"eval.device": "cpu", "batch.backend": "ray", "batch.address": "127.0.0.1:1"},
+                      cwd=tmp_path, use_user_config=False)
+    started, stdout = time.monotonic(), sys.stdout
+    with pytest.raises(ToolUnavailable) as err:
+        asyncio.run(RayPool.start(cfg))
+    assert time.monotonic() - started < 15  # not Ray's own minutes of retrying
+    assert err.value.exit_code == 3 and err.value.message.startswith("cannot reach the Ray cluster at 127.0.0.1:1")
+    assert sys.stdout is stdout  # given back
+
+
+def test_spare_whose_supervisor_is_killed_while_warming_up_exits(cpu_options: Any) -> None:
+    """Ray kills an actor's child processes with SIGKILL (its sandbox supervisors); a spare still
+    warming up then must not wait for a job forever."""
+    from cudaforge.engine.evaluator import Evaluator
+
+    evaluator = Evaluator(cpu_options)
+    evaluator.prewarm()
+    spare = evaluator.spare
+    assert spare is not None
+    deadline = time.monotonic() + 120
+    while not (spare.sandbox_dir / "progress.json").exists():  # the worker has started its warm-up
+        assert time.monotonic() < deadline, "the spare worker did not start"
+        time.sleep(0.01)
+    assert spare.ready() is None  # still importing torch
+    os.kill(spare.handle.proc.pid, signal.SIGKILL)
+    spare.handle.proc.wait(timeout=10)
+    while spare.ready() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    ready = spare.ready()
+    assert ready is not None, "the spare never finished warming up"
+    while time.monotonic() < deadline:
+        try:
+            os.kill(int(ready["pid"]), 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(int(ready["pid"]), signal.SIGKILL)
+        raise AssertionError("the orphaned spare kept waiting for a job")
+    spare.kill()
