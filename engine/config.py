@@ -88,7 +88,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "batch": {
         "backend": Key("local", str, ("local", "ray"), doc="where a batch evaluates: this host, or a Ray cluster"),
         "address": Key(None, str, optional=True,
-                       doc="Ray cluster address (host:port or ray://host:10001); unset: start a local Ray instance"),
+                       doc="the Ray cluster's head, host:port (as `ray start --head` printed); unset: a local instance"),
         "max_retries": Key(3, int, minimum=0, doc="Ray: retries of an evaluation whose node was lost"),
     },
     "keymap": {},  # free-form: action id -> key
