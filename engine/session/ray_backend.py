@@ -46,6 +46,8 @@ START_TIMEOUT_S = 120.0  # an actor that is not up by then is given up (its node
 NODE_WAIT_S = 300.0  # with no live actor left, how long to wait for a node before giving up
 REFRESH_EVERY_S = 10.0  # how often to look for nodes that joined (or lost actors) while work goes on
 
+EVALUATION_SECTIONS = ("eval", "timing", "timeouts", "integrity", "run", "ncu")
+
 Hook = Callable[[Event], None]
 
 
@@ -93,7 +95,7 @@ class RayPool:
         address = config.get("batch", "address") or os.environ.get("RAY_ADDRESS") or None
         self.address: str | None = address
         self.max_retries = int(config.get("batch", "max_retries"))
-        self.config_data = config_to_data(config)
+        self.config_data = _evaluation_config(config)
         self.on_notice = on_notice
         self.gpu_profile: Any = None
         self.retries = 0
@@ -178,7 +180,7 @@ class RayPool:
 
     # ---- what the factory and the batch use -------------------------------------------------------
     def session_parts(self, config: Config) -> tuple[RayEvaluator, RayProfiler | None]:
-        data = config_to_data(config)
+        data = _evaluation_config(config)
         return RayEvaluator(self, data), RayProfiler(self, data) if ncu_settings(config) is not None else None
 
     def bind(self, session: Any, hook: Hook | None) -> None:
@@ -460,6 +462,13 @@ class RayProfiler(_Proxy):
         if answer is None:
             return ProfileResult(ok=False, error_kind="target_failed", message=self._lost_message(lost))
         return ProfileResult.from_dict(answer["result"])
+
+
+def _evaluation_config(config: Config) -> dict[str, Any]:
+    """The sections an actor builds its evaluator and profiler from; the rest (LLMs, budgets, run
+    folders) stays on the driver, and sessions that differ only there share an actor's evaluator."""
+    data = config_to_data(config)
+    return {name: data[name] for name in EVALUATION_SECTIONS if name in data}
 
 
 def _update_manifest(store: RunStore, change: Callable[[dict[str, Any]], Any]) -> None:
