@@ -73,11 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
     _session_flags(run)
     run.add_argument("--runs", metavar="DIR", help="where run folders go (default [run] folder: runs)")
     run.add_argument("--jobs", type=int, default=4, help="batch: sessions in flight at once (default 4)")
+    _ray_flags(run)
     res = sub.add_parser("resume", help="continue a stopped or crashed run (or batch) from its last completed step")
     res.add_argument("run_dir", metavar="RUN")
     _common(res)
     _session_flags(res)
     res.add_argument("--jobs", type=int, default=4, help=argparse.SUPPRESS)
+    _ray_flags(res)
     exp = sub.add_parser("export", help="write a run's best candidate as a module needing only torch, plus a report")
     exp.add_argument("run_dir", metavar="RUN")
     exp.add_argument("--out", required=True, help="the .py file to write (the report goes beside it as .md)")
@@ -110,6 +112,13 @@ def _session_flags(p: argparse.ArgumentParser) -> None:
                    help="candidate format the Coder writes (triton runs in Triton's interpreter on --device cpu)")
 
 
+def _ray_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ray", action="store_true",
+                   help="batch: evaluate on a Ray cluster, one actor per GPU (needs the [ray] extra)")
+    p.add_argument("--ray-address", metavar="ADDR",
+                   help="batch: the Ray cluster to use (host:port of its head); implies --ray")
+
+
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     o: dict[str, Any] = {"eval.device": args.device, "eval.gpu": args.gpu}
     for name, key in (("trials", "eval.trials"), ("timing_trials", "timing.trials"), ("precision", "eval.precision"),
@@ -125,6 +134,9 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     mode = "auto" if getattr(args, "auto", False) else getattr(args, "mode", None)
     if mode:
         o["session.mode"] = mode
+    if getattr(args, "ray", False) or getattr(args, "ray_address", None):
+        o["batch.backend"] = "ray"
+        o["batch.address"] = getattr(args, "ray_address", None)
     return o
 
 
@@ -235,7 +247,8 @@ async def _cmd_run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, _overrides(args))
     tasks = find_tasks(args.targets)
-    if len(tasks) == 1 and not any(Path(t).is_dir() for t in args.targets):
+    single = len(tasks) == 1 and not any(Path(t).is_dir() for t in args.targets)
+    if single and config.get("batch", "backend") != "ray":  # on Ray, one task runs as a batch of one
         return await _run_single(args, config, tasks[0])
     return await _run_batch(args, config, tasks)
 
@@ -291,6 +304,10 @@ async def _run_batch(args: argparse.Namespace, config: Any, tasks: list[Path]) -
 
     if not llm_configured(config, "coder"):
         raise UsageError("a batch needs a Coder LLM: set [coder] provider and model in cudaforge.toml")
+    if config.get("batch", "backend") == "ray":
+        from .session.ray_backend import require_ray
+
+        require_ray()  # before the batch folder is made
     _, text = estimate_cost(config, len(tasks))
     _eprint(f"{len(tasks)} tasks; {text}")
     batch = Batch.create(config.get("run", "folder"), tasks, config)

@@ -85,6 +85,12 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "folder": Key("runs", str),
         "cache_dir": Key(None, str, optional=True, doc="build and result caches (default: user cache dir)"),
     },
+    "batch": {
+        "backend": Key("local", str, ("local", "ray"), doc="where a batch evaluates: this host, or a Ray cluster"),
+        "address": Key(None, str, optional=True,
+                       doc="the Ray cluster's head, host:port (as `ray start --head` printed); unset: a local instance"),
+        "max_retries": Key(3, int, minimum=0, doc="Ray: retries of an evaluation whose node was lost"),
+    },
     "keymap": {},  # free-form: action id -> key
 }
 DELEGATED = ("coder", "judge", "ncu")

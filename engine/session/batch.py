@@ -5,6 +5,8 @@ never overlap in their GPU phases (the worker's per-device file lock), and on th
 evaluation runs at a time. Tasks are spread over the visible GPUs. `batch.json` is rewritten
 (atomically) as each task finishes, so a resumed batch skips finished tasks and resumes the
 unfinished sessions from their run folders. The dollar cap `[budget] batch_dollars` is shared.
+With `[batch] backend = "ray"` the evaluations and profiles run on a Ray cluster instead
+(engine/session/ray_backend.py); everything else stays here.
 """
 
 from __future__ import annotations
@@ -231,10 +233,12 @@ async def run_batch(
     started = time.monotonic()
     prior_wall = float(data.get("wall_s", 0.0))
     pending = [r for r in batch.rows() if r.status != "done"]
+    pool = await _open_pool(config, on_event) if pending else None
 
     async def one(index: int, row: TaskOutcome) -> None:
         async with job_gate:
             gpu = (first_gpu + index) % n_gpus if device == "cuda" and n_gpus > 1 else first_gpu
+            gpu = None if pool is not None else gpu  # on Ray, each evaluation's GPU is in the run's manifest
             task_overrides = {**(overrides or {}), "eval.gpu": gpu, "session.mode": "auto",
                               "budget.dollars": float(config.get("budget", "batch_dollars"))}
             cfg = config_from_data(data["config"], task_overrides)
@@ -243,22 +247,30 @@ async def run_batch(
             try:
                 if row.run_dir and Path(row.run_dir, "manifest.json").is_file():
                     session = resume_session(row.run_dir, overrides=task_overrides, driver=AutoApprove(),
-                                             on_event=hook, mode="auto", env=env, ledger=ledger)
+                                             on_event=hook, mode="auto", env=env, ledger=ledger, backend=pool)
                 else:
                     session = create_session(row.task, cfg, driver=AutoApprove(), on_event=hook, mode="auto",
-                                             run_root=batch.path, env=env, ledger=ledger)
-                _gate_evaluator(session, cpu_gate if device == "cpu" else None)
+                                             run_root=batch.path, env=env, ledger=ledger, backend=pool)
+                if pool is not None:
+                    pool.bind(session, hook)
+                _gate_evaluator(session, cpu_gate if device == "cpu" and pool is None else None)
                 await batch.update(replace(row, status="running", run_dir=str(session.store.path), gpu=gpu))
                 stopped = await session.run()
                 outcome = _outcome(row, session.store.path, stopped.reason, stopped.message,
                                    prior_s=row.wall_s + time.monotonic() - t0, gpu=gpu)
+                if pool is not None and pool.unavailable and stopped.reason == "error":
+                    outcome = replace(outcome, status="failed")  # no node was left: resume retries it
             except CudaforgeError as exc:
                 outcome = replace(row, status="failed", message=exc.message, wall_s=time.monotonic() - t0)
             await batch.update(outcome)
             if on_task_done:
                 on_task_done(outcome)
 
-    await asyncio.gather(*(one(i, r) for i, r in enumerate(pending)))
+    try:
+        await asyncio.gather(*(one(i, r) for i, r in enumerate(pending)))
+    finally:
+        if pool is not None:
+            await pool.close()
     wall = prior_wall + time.monotonic() - started
     final = batch.data()
     final["wall_s"] = wall
@@ -266,6 +278,15 @@ async def run_batch(
     summary = summarize(batch.rows(), wall)
     atomic_write_json(batch.path / "summary.json", summary.to_dict())
     return summary
+
+
+async def _open_pool(config: Config, on_event: BatchHook | None) -> Any:
+    """The Ray pool when `[batch] backend = "ray"` (engine/session/ray_backend.py), else None (this host)."""
+    if config.get("batch", "backend") != "ray":
+        return None
+    from cudaforge.engine.session.ray_backend import RayPool
+
+    return await RayPool.start(config, on_notice=(lambda e: on_event("ray", e)) if on_event else None)
 
 
 def _gate_evaluator(session: Any, gate: asyncio.Semaphore | None) -> None:

@@ -11,6 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cudaforge.engine.backend import (
+    EvalBackend,
+    ProfileBackend,
+    SessionBackend,
+    device_gpu_profile,
+    local_parts,
+)
 from cudaforge.engine.config import Config, config_from_data, config_to_data
 from cudaforge.engine.errors import ConfigError, UsageError
 from cudaforge.engine.llm.types import UsageLedger
@@ -30,8 +37,8 @@ NO_LLM_NOTICE = (
 class Parts:
     """What a session is made of, before it is given a run folder."""
 
-    evaluator: Any
-    profiler: Any
+    evaluator: EvalBackend
+    profiler: ProfileBackend | None
     gpu_profile: Any
     coder: Any
     judge: Any
@@ -45,32 +52,19 @@ def llm_configured(config: Config, role: str) -> bool:
     return bool(table) and table.get("provider") not in (None, "", "heuristic")
 
 
-def build_parts(config: Config, *, mode: str | None = None, env: dict[str, str] | None = None) -> Parts:
+def build_parts(config: Config, *, mode: str | None = None, env: dict[str, str] | None = None,
+                backend: SessionBackend | None = None) -> Parts:
     """Evaluator, profiler, GPU profile and agents for a configuration. Missing API keys raise
-    ConfigError here, before anything runs."""
-    from cudaforge.engine.evaluator import EvalOptions, Evaluator
-
+    ConfigError here, before anything runs. `backend` (a batch's Ray cluster) supplies the evaluator,
+    profiler and GPU profile instead of this host."""
     mode = mode or config.get("session", "mode")
     device = config.get("eval", "device")
-    gpu_profile = None
-    if device == "cuda":
-        try:
-            from cudaforge.engine.gpus import profile_for_device
-
-            gpu_profile = profile_for_device(config.get("eval", "gpu"))
-        except Exception:
-            gpu_profile = None
-    peak = getattr(gpu_profile, "dram_bandwidth_gbs", None) if gpu_profile is not None else None
-    evaluator = Evaluator(EvalOptions.from_config(config, peak_bandwidth_gbs=peak, result_cache=True))
-    profiler = None
-    if device == "cuda":
-        from cudaforge.engine.profiler import Profiler
-        from cudaforge.engine.profiling import NcuSettings
-
-        table = dict(config.section("ncu"))
-        ncu = NcuSettings.from_table(table, source="config") if table else NcuSettings()
-        if ncu.enabled:
-            profiler = Profiler(evaluator, ncu, chip=getattr(gpu_profile, "chip", "") or "")
+    if backend is not None:
+        gpu_profile = backend.gpu_profile
+        evaluator, profiler = backend.session_parts(config)
+    else:
+        gpu_profile = device_gpu_profile(config)
+        evaluator, profiler = local_parts(config, gpu_profile)
     fmt = config.get("session", "format")
     if device == "cpu" and fmt not in ("cpu", "triton"):
         fmt = "cpu"  # a CPU device runs C++ candidates, and Triton ones in Triton's interpreter
@@ -125,10 +119,11 @@ def create_session(
     run_id: str | None = None,
     env: dict[str, str] | None = None,
     ledger: UsageLedger | None = None,
+    backend: SessionBackend | None = None,
 ) -> Session:
     """A new session with a new run folder under `run_root` (default: `[run] folder`)."""
     task = load_task(task_path)
-    parts = build_parts(config, mode=mode, env=env)
+    parts = build_parts(config, mode=mode, env=env, backend=backend)
     data = config_to_data(config)
     data.setdefault("session", {})["mode"] = parts.mode
     store = RunStore.create(run_root or config.get("run", "folder"), task, config=data, mode=parts.mode,
@@ -145,6 +140,7 @@ def resume_session(
     mode: str | None = None,
     env: dict[str, str] | None = None,
     ledger: UsageLedger | None = None,
+    backend: SessionBackend | None = None,
 ) -> Session:
     """Continue a stopped or crashed run from its last completed step, with the config it started with
     (plus `overrides`, e.g. more rounds or another mode)."""
@@ -154,7 +150,8 @@ def resume_session(
         config = config_from_data(manifest.get("config") or {}, overrides, source=f"{store.path}/manifest.json")
         task = _stored_task(store, manifest)
         state_mode = store.state.get("mode")
-        parts = build_parts(config, mode=mode or state_mode or config.get("session", "mode"), env=env)
+        parts = build_parts(config, mode=mode or state_mode or config.get("session", "mode"), env=env,
+                            backend=backend)
     except BaseException:
         store.close()
         raise

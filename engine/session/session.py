@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cudaforge.engine.agents import Coder, Judge, RoundNote
+from cudaforge.engine.backend import EvalBackend, ProfileBackend
 from cudaforge.engine.candidate import Candidate, check_candidate_source
 from cudaforge.engine.errors import CandidateError
 from cudaforge.engine.fsutil import atomic_write_text
@@ -110,8 +111,8 @@ class Session:
         task: Task,
         *,
         store: RunStore,
-        evaluator: Any,
-        profiler: Any = None,
+        evaluator: EvalBackend,
+        profiler: ProfileBackend | None = None,
         coder: Coder | None = None,
         judge: Judge | None = None,
         gpu_profile: Any = None,

@@ -463,6 +463,7 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
     global _PROGRESS
     root = Path(workdir)
     _PROGRESS = root / "sandbox" / "progress.json"
+    parent = os.getppid()  # before the warm-up: a supervisor killed meanwhile (e.g. with a Ray actor) is noticed
     phase("warm")
     warm_start = time.perf_counter()
     import torch
@@ -492,7 +493,6 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
     ready = {"pid": os.getpid(), "warm_s": round(time.perf_counter() - warm_start, 4), "device": device}
     write_result(root / SPARE_READY, ready)
     phase("idle")
-    parent = os.getppid()
     job = root / SPARE_JOB
     while not job.exists():
         if os.getppid() != parent:  # the supervisor is gone: nobody will ever send a job
