@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shlex
 import subprocess
@@ -46,6 +47,7 @@ from cudaforge.tui.model import RoundView, RunModel
 from cudaforge.tui.screens.confirm import ConfirmScreen
 from cudaforge.tui.screens.help import HelpScreen
 from cudaforge.tui.screens.settings import SettingsScreen
+from cudaforge.tui.session_thread import SessionThread
 from cudaforge.tui.widgets.chart import SpeedupChart
 from cudaforge.tui.widgets.compiler import CompilerPane
 from cudaforge.tui.widgets.correctness import CorrectnessPane
@@ -92,6 +94,7 @@ class WorkbenchApp(App[int]):
         self.driver = QueueDriver()
         self.session: Session | None = None
         self.session_task: asyncio.Task[None] | None = None
+        self.session_thread: SessionThread | None = None
         self.config: Config | None = None
         self.write_path = Path(spec.config_file) if spec.config_file else self.cwd / "cudaforge.toml"
         self.selected: int | None = None
@@ -152,9 +155,17 @@ class WorkbenchApp(App[int]):
             self.session_task = asyncio.create_task(self._drive())
         self._refresh_all()
         self.heap.freeze()
+        if os.environ.get("CUDAFORGE_TUI_STALLS"):
+            from cudaforge.tui.latency import StallWatch
+
+            self._stalls = StallWatch()
+            self._stalls.start(asyncio.get_running_loop())
 
     def on_unmount(self) -> None:
         self.heap.stop()
+        stalls = getattr(self, "_stalls", None)
+        if stalls is not None:
+            stalls.stop(os.environ["CUDAFORGE_TUI_STALLS"])
 
     def _load_config(self) -> None:
         """Configuration errors are shown, not raised: the app opens so the person can read them."""
@@ -202,7 +213,7 @@ class WorkbenchApp(App[int]):
         self._banner(f"Browsing {store.run_id} read-only. Select a round in the tree; every pane shows it.")
 
     async def _drive(self) -> None:
-        """Build the Session (in a thread: task loading imports torch) and run it in this loop."""
+        """Build the Session (in a thread: task loading imports torch) and run it on its own loop."""
         spec = self.spec
         hook = self._post_event
         try:
@@ -222,14 +233,10 @@ class WorkbenchApp(App[int]):
             return
         self.session = session
         self.heap.freeze()  # the session brought torch and the task's module in
-        try:
-            stopped = await session.run()
-            self.post_message(SessionEnded(stopped.message, error=stopped.reason == "error"))
-        finally:
-            close = getattr(session.evaluator, "aclose", None)
-            if close is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(close())
+        # Its own loop in its own thread: no engine work sits between a key and its frame.
+        self.session_thread = SessionThread(session)
+        stopped = await self.session_thread.run()
+        self.post_message(SessionEnded(stopped.message, error=stopped.reason == "error"))
 
     def _post_event(self, event: Event) -> None:
         """The Session's on_event hook: only posts; widgets change in the message handler."""
@@ -240,6 +247,8 @@ class WorkbenchApp(App[int]):
         event = message.event
         self.heap.after_imports()
         changed = self.model.apply(event)
+        if not self.query(RoundsPane):
+            return  # a late event from the Session's thread while the app shuts down: nothing to draw
         match event:
             case SessionStarted():
                 self._log(f"session {event.run_id} in {event.run_dir} ({event.mode} mode, {event.rounds} rounds)"
@@ -485,7 +494,10 @@ class WorkbenchApp(App[int]):
         self._answered = pending
         self.source_pane.stop_editing()
         self.judge_pane.stop_editing()
-        self.driver.answer(decision)
+        if self.session_thread is not None:
+            self.session_thread.call(self.driver.answer, decision)
+        else:
+            self.driver.answer(decision)
         self._log(f"round {pending.round}: {decision.action} the {pending.point}"
                   + (f" (branch from round {decision.round})" if decision.round is not None else ""))
         self.query_one(DecisionBar).show(None, self.keys, False, False)
@@ -738,6 +750,9 @@ def main(argv: list[str] | None = None) -> int:
     code = app.run()
     if os.environ.get("CUDAFORGE_TUI_LATENCY"):
         print(app.latency.summary(), file=sys.stderr)
+        if os.environ["CUDAFORGE_TUI_LATENCY"].endswith(".json"):  # every sample, for bench/tui_tmux_latency.py
+            Path(os.environ["CUDAFORGE_TUI_LATENCY"]).write_text(json.dumps(
+                {"samples_ms": [[k, round(ms, 2)] for k, ms in app.latency.samples_ms]}))
     if app.model.run_dir and not app.model.read_only:
         print(f"run folder: {app.model.run_dir}  (resume: cudaforge-tui --resume {app.model.run_dir})",
               file=sys.stderr)
