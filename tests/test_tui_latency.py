@@ -8,6 +8,7 @@ import gc
 import sys
 import time
 import types
+from pathlib import Path
 
 from cudaforge.tui.app import WorkbenchApp
 from cudaforge.tui.cli import LaunchSpec
@@ -17,6 +18,8 @@ from cudaforge.tui.widgets.footer import KeyFooter
 from cudaforge.tui.widgets.rounds import RoundsPane
 from cudaforge.tui.widgets.status import StatusBar
 from tui_kit import FIXTURE_RUN, SIZE
+
+RECORDED = next((Path(__file__).parent.parent / "examples" / "recorded").iterdir())  # a run with NCU profiles
 
 
 def test_the_probe_keeps_one_sample_per_key_press_the_later_sighting() -> None:
@@ -95,3 +98,36 @@ async def test_engine_events_that_change_nothing_redraw_nothing() -> None:
         await pilot.pause()
         assert tree._round_nodes == nodes, "the round tree was not rebuilt"
         assert status.content is shown, "the status bar was not updated with the same text"
+
+
+async def test_the_metrics_pane_lays_its_tables_out_once_not_on_every_visit() -> None:
+    from cudaforge.tui.widgets.metrics import RenderedOnce
+
+    app = WorkbenchApp(LaunchSpec(open_run=str(RECORDED), use_user_config=False), system_stats=False,
+                       cwd=RECORDED.parent)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("4")
+        await pilot.pause()
+        body = app.query_one("#metrics-body", RenderedOnce)
+        assert body.layouts >= 1 and body.virtual_size.height > 20  # the tables are there
+        before = body.layouts
+        for key in ("2", "4", "3", "4", "down", "up"):
+            await pilot.press(key)
+        await pilot.pause()
+        assert body.layouts == before, "switching back to the pane laid the tables out again"
+
+
+def test_highlight_queries_are_compiled_once_per_language() -> None:
+    from cudaforge.tui.highlight import install
+    from textual._tree_sitter import get_language
+    from textual.document._syntax_aware_document import SyntaxAwareDocument
+    from textual.widgets import TextArea
+
+    assert install()
+    query, language = TextArea._get_builtin_highlight_query("python"), get_language("python")
+    first = SyntaxAwareDocument("x = 1\n", language).prepare_query(query)
+    again = SyntaxAwareDocument("def f():\n    return 2\n", language).prepare_query(query)
+    assert first is again
+    doc = SyntaxAwareDocument("def f():\n    return 2\n", language)
+    assert doc.query_syntax_tree(again), "the shared query still highlights a new document"

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from cudaforge.engine.config import Config, load_config
 from cudaforge.engine.errors import CudaforgeError
@@ -40,6 +41,7 @@ from cudaforge.tui.cli import LaunchSpec, parse_args
 from cudaforge.tui.collector import HeapFreezer
 from cudaforge.tui.commands import WorkbenchCommands
 from cudaforge.tui.format import failing_source_line, fmt_speedup
+from cudaforge.tui.highlight import install as install_highlight_cache
 from cudaforge.tui.keymap import bindings, check_keymap, effective_keys
 from cudaforge.tui.latency import LatencyProbe
 from cudaforge.tui.messages import DecisionChosen, EngineEvent, RoundSelected, SessionEnded
@@ -75,6 +77,9 @@ import torch.nn as nn
 '''
 
 
+install_highlight_cache()
+
+
 class WorkbenchApp(App[int]):
     """The workbench. Construct with a LaunchSpec (what the command line asked for)."""
 
@@ -86,6 +91,9 @@ class WorkbenchApp(App[int]):
     def __init__(self, spec: LaunchSpec, *, env: dict[str, str] | None = None, system_stats: bool = True,
                  cwd: Path | None = None) -> None:
         super().__init__()
+        # No animations: a tab switch animated its underline for 0.3 s, ~18 frames of 10-20 ms each on
+        # a 2-core machine, and the next key waited behind them.
+        self.animation_level = "none"
         self.spec = spec
         self.env = env
         self.cwd = cwd or Path.cwd()
@@ -307,19 +315,30 @@ class WorkbenchApp(App[int]):
             self.model.gpu_name = str(gpu.get("name") or ("CPU" if gpu.get("device") == "cpu" else ""))
 
     def _load_costs(self, only: int | None = None) -> None:
-        """Per-round tokens and dollars come from the run folder's call log (events carry totals only)."""
+        """Per-round tokens and dollars come from the run folder's call log (events carry totals only);
+        read in a thread (the round files), applied and drawn back on the loop."""
         if not self.model.run_dir:
             return
-        try:
-            store = RunStore(Path(self.model.run_dir), read_only=True)
-            numbers = [only] if only is not None else list(self.model.rounds)
+        run_dir = Path(self.model.run_dir)
+        numbers = [only] if only is not None else list(self.model.rounds)
+
+        def read() -> dict[int, tuple[Any, Any]]:
+            store = RunStore(run_dir, read_only=True)
             calls = store.calls()
-            for n in numbers:
-                rec = store.load_round(n, calls)
+            return {n: (rec.cost_usd, rec.tokens) for n in numbers for rec in [store.load_round(n, calls)]}
+
+        async def load() -> None:
+            try:
+                costs = await asyncio.to_thread(read)
+            except (OSError, ValueError, CudaforgeError) as exc:
+                self._log(f"could not read round costs: {exc}", "warning")
+                return
+            for n, (cost, tokens) in costs.items():
                 view = self.model.ensure(n)
-                view.cost_usd, view.tokens = rec.cost_usd, rec.tokens
-        except (OSError, ValueError, CudaforgeError) as exc:
-            self._log(f"could not read round costs: {exc}", "warning")
+                view.cost_usd, view.tokens = cost, tokens
+            self._refresh_all(set(costs))
+
+        self.run_worker(load(), group="costs", exclusive=False)
 
     # ---- drawing --------------------------------------------------------------------------------
     def _refresh_all(self, changed: set[int] | None = None) -> None:
