@@ -516,6 +516,8 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
         waited = max(0.0, time.time() - job.stat().st_mtime - 0.002)
     _PHASES.clear()
     _PHASES["spare_wait"] = round(waited, 4)
+    # Where this spare's warm-up went (bench/spare_wait.py reads them from eval.json).
+    _PHASES.update({f"spare_{k[:-2]}": v for k, v in ready["steps"].items()})
     _PHASE_START[0], _PHASE_START[1] = None, 0.0
     return main([spec_path])
 
