@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
+
+SWITCH_INTERVAL_S = 0.001
 
 
 class SessionThread:
@@ -72,6 +75,10 @@ class SessionThread:
 
     async def run(self) -> Any:
         """The Session's SessionStopped; cancelling this cancels the Session and waits for its end."""
+        # While the Session's thread computes, the UI thread gets the GIL back after at most 1 ms
+        # instead of 5 (measured over 100-key runs here: worst on `a` 249-256 ms vs 359-389 ms).
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(interval, SWITCH_INTERVAL_S))
         future = asyncio.get_running_loop().run_in_executor(None, self._body)
         try:
             return await asyncio.shield(future)
@@ -80,3 +87,5 @@ class SessionThread:
             with contextlib.suppress(BaseException):
                 await future
             raise
+        finally:
+            sys.setswitchinterval(interval)
