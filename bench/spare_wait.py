@@ -54,12 +54,16 @@ def _judge(i: int) -> Reply:
                                   "plan": "keep the kernel, tune the block size", "evidence": []}))
 
 
-async def session_rounds(task: str, rounds: int, out: Path) -> list[dict[str, Any]]:
+async def session_rounds(task: str, rounds: int, out: Path, device: str = "cuda") -> list[dict[str, Any]]:
     os.environ[KEY_ENV] = "scripted-not-a-key"
-    source = (EXAMPLES / task / "nvrtc.py").read_text()
+    if device == "cuda":
+        task_path, source, fmt = EXAMPLES / task / "task.py", (EXAMPLES / task / "nvrtc.py").read_text(), "nvrtc"
+    else:  # a smoke test of this bench without a GPU: the CI task and its C++ candidate
+        core = REPO / "tests" / "core_tasks"
+        task_path, source, fmt = core / "task.py", (core / "correct.py").read_text(), "cpu"
     script: list[Reply] = []
     for i in range(rounds + 1):
-        script += [_coder(with_nonce(source)), _judge(i)]
+        script += [_coder(_new(source)), _judge(i)]
     llm = {"provider": "openai-compatible", "model": "scripted", "api_key_env": KEY_ENV, "timeout_s": 60.0,
            "max_retries": 0}
     timeline: list[tuple[float, int, str]] = []
@@ -71,12 +75,13 @@ async def session_rounds(task: str, rounds: int, out: Path) -> list[dict[str, An
             timeline.append((time.time(), e.round, "done"))
 
     with ScriptedLLMServer(script) as server:
-        flat: dict[str, Any] = {"eval.device": "cuda", "session.rounds": rounds, "session.mode": "auto",
-                                "session.format": "nvrtc", "run.folder": str(out / "runs"), "budget.dollars": 10.0}
+        flat: dict[str, Any] = {"eval.device": device, "session.rounds": rounds, "session.mode": "auto",
+                                "session.format": fmt, "run.folder": str(out / "runs"), "budget.dollars": 10.0}
+        if os.environ.get("CUDAFORGE_CACHE_DIR"):
+            flat["run.cache_dir"] = os.environ["CUDAFORGE_CACHE_DIR"]
         for role in ("coder", "judge"):
             flat.update({f"{role}.{k}": v for k, v in llm.items()} | {f"{role}.base_url": server.base_url_compat})
-        session = create_session(EXAMPLES / task / "task.py", load_config(None, flat, use_user_config=False),
-                                 on_event=on_event)
+        session = create_session(task_path, load_config(None, flat, use_user_config=False), on_event=on_event)
         await session.run()
     phases: dict[int, dict[str, float]] = {}
     for (t, n, phase), (t_next, _, _) in zip(timeline, timeline[1:], strict=False):
@@ -140,13 +145,13 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=4)
     ap.add_argument("--skip-session", action="store_true")
     ap.add_argument("--skip-throughput", action="store_true")
-    ap.add_argument("--device", default="cuda", help="cpu: a smoke test of the throughput part (cpu.py modules)")
+    ap.add_argument("--device", default="cuda", help="cpu: a smoke test of this bench without a GPU")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     out = Path(tempfile.mkdtemp(prefix="cf-spare-wait-"))
     res: dict[str, Any] = {}
     if not args.skip_session:
-        res["session"] = asyncio.run(session_rounds(args.task, args.rounds, out))
+        res["session"] = asyncio.run(session_rounds(args.task, args.rounds, out, args.device))
     if not args.skip_throughput:
         res["throughput"] = [asyncio.run(throughput(args.evals, args.jobs, spares, out / f"cache-{spares}",
                                                         args.device))

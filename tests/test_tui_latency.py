@@ -4,6 +4,7 @@ is rebuilt only when its keys change, panes that skip redraws of unchanged conte
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import sys
@@ -166,6 +167,9 @@ async def test_key_latency_over_rounds_with_approvals(tmp_path: Path, cache_dir:
                 presses += 1
                 await pilot.pause(0.03)
             assert app.model.stopped is not None, "the session did not finish its rounds"
+            # The Session ran on its own loop, off the UI's (tui/session_thread.py).
+            assert app.session_thread is not None and app.session_thread.loop is not None
+            assert app.session_thread.loop is not asyncio.get_running_loop()
         samples = [ms for _, ms in app.latency.samples_ms]
         p95 = sorted(samples)[int(0.95 * (len(samples) - 1))]
         a_worst = max((ms for k, ms in app.latency.samples_ms if k == "a"), default=0.0)
