@@ -127,6 +127,10 @@ class Evaluator:
         self.options = options
         self.keep_workdirs = keep_workdirs
         self._spare: Spare | None = None
+        # Once a caller has asked for a spare, a new one is started as soon as one takes its job (not
+        # after the evaluation): its process start and imports overlap the evaluation, and only the
+        # GPU part of its warm-up waits for the lock (after the jobs: engine/gpu_turns.py).
+        self._keep_warm = False
         self.last_wall_s: float = 0.0  # seconds of the last evaluate() (cache lookup to result)
 
     # ------------------------------------------------------------------ spare worker
@@ -140,8 +144,10 @@ class Evaluator:
     def prewarm(self) -> bool:
         """Start a spare worker unless a live one for these options exists; cheap to call repeatedly.
 
-        Returns True when a spare is (now) waiting. Call it while the LLM is thinking.
+        Returns True when a spare is (now) waiting. Call it while the LLM is thinking. From then on,
+        every evaluation that takes the spare starts the next one at once.
         """
+        self._keep_warm = True
         key = self._spare_key()
         spare = self._spare
         if spare is not None and spare.alive() and spare.key == key:
@@ -172,8 +178,18 @@ class Evaluator:
             return None
         return spare
 
+    def _replenish(self) -> None:
+        """Start the next spare now that the last one took a job (only for callers that use spares).
+
+        CUDA only: on the CPU device the evaluation's timing runs on the host, and a spare importing
+        torch beside it would disturb it; there the caller's `prewarm()` (while the LLM thinks) stays."""
+        if self._keep_warm and self.options.device == "cuda":
+            with contextlib.suppress(Exception):  # a spare is an optimisation: never fail an evaluation for it
+                self.prewarm()
+
     async def aclose(self) -> None:
         """Kill the spare worker (if any) and remove its files."""
+        self._keep_warm = False
         spare, self._spare = self._spare, None
         if spare is not None:
             await asyncio.to_thread(spare.kill)
@@ -274,6 +290,7 @@ class Evaluator:
                     output_limit_bytes=self.options.output_limit_bytes,
                     open_files=self.options.open_files,
                 ))
+            self._replenish()
             try:
                 warnings = await self._gpu_warnings()
                 outcome, out_path, err_path = await waiting

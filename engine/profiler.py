@@ -37,6 +37,7 @@ class Profiler:
         self.chip = chip
         self._spare: Spare | None = None
         self._spare_plan: PreparedProfile | None = None
+        self._keep_warm = False  # as in Evaluator: the next spare starts when one takes its job
         self.last_wall_s: float = 0.0
 
     def _limits(self) -> dict[str, float]:
@@ -60,6 +61,7 @@ class Profiler:
         ncu = resolve_ncu(self.settings.path)
         if ncu is None or o.device != "cuda":
             return False
+        self._keep_warm = True
         key = self._spare_key(ncu)
         if self._spare is not None and self._spare.alive() and self._spare.key == key:
             return True
@@ -82,6 +84,7 @@ class Profiler:
         return self._spare
 
     async def aclose(self) -> None:
+        self._keep_warm = False
         spare, self._spare = self._spare, None
         if spare is not None:
             await asyncio.to_thread(spare.kill)
@@ -130,6 +133,9 @@ class Profiler:
             if spare is not None and self._spare_plan is not None:
                 prepared = self._spare_plan
                 spare.submit(spec_path)
+                if self._keep_warm:
+                    with contextlib.suppress(Exception):  # never fail a profile for the next spare
+                        self.prewarm()
                 outcome, out_path, err_path = await wait_sandboxed(spare.handle)
             else:
                 target = [self.evaluator.options.python, "-m", "cudaforge.engine.worker", str(spec_path)]

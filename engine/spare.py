@@ -8,6 +8,22 @@ limit) for `job.json`. Submitting a job is writing that file; from then on the n
 apply. A spare is never given a second job: the caller drops it after one use, whatever happened.
 Every live spare is also killed at interpreter exit, and the supervisor exits (killing its tree) when
 the app's process is gone, so no spare outlives the app.
+
+When the next spare starts (Evaluator/Profiler): on CUDA, as soon as the current spare takes its job,
+so its process start and imports (1-3 s) overlap this round's evaluation and profile; its GPU part
+(context, CUPTI) waits for the per-GPU lock, where announced jobs go first (engine/gpu_turns.py), so
+it warms right after this round's profile instead of between the evaluation and its profile.
+
+Why no pre-imported fork server ("zygote"): with the hand-over above the import is already off the
+critical path whenever a round lasts longer than the import; what is left is the GPU part under the
+lock, which a zygote cannot shorten. A zygote would also have to be designed with care: it must never
+hold CUDA state (no context before fork: a forked CUDA context is unusable), it must be single-threaded
+when it forks, it must have imported torch under the scrubbed worker environment (torch reads some
+variables at import), and every forked child must still be the child of a per-evaluation sandbox
+supervisor (subreaper sweep, phase and output limits, rlimits, new session, its own cwd/TMPDIR and
+marker variable). That means the zygote forks the supervisor too (or the supervisor becomes the
+zygote's child), not that the zygote's children are adopted by an existing supervisor: Linux only
+re-parents orphans to the nearest subreaper ancestor.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ answered by the scripted LLM server through the real openai SDK. Each test is on
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tomllib
 from pathlib import Path
@@ -202,11 +203,12 @@ async def test_quit_during_a_round_asks_and_the_run_resumes(tmp_path: Path, cach
 
 
 async def test_pause_in_auto_mode(tmp_path: Path, cache_dir: Path) -> None:
-    with ScriptedLLMServer([coder_reply(CORRECT)]) as server:
+    # The Coder takes 3 s: `p` lands while it thinks (the Session runs on its own thread, so without
+    # the delay the round could be over before the key arrives).
+    with ScriptedLLMServer([dataclasses.replace(coder_reply(CORRECT), delay_s=3.0)]) as server:
         app = task_app(tmp_path, write_config(tmp_path, cache_dir, server, rounds=2), mode="auto")
         async with app.run_test(size=SIZE) as pilot:
-            await wait_until(pilot, lambda: app.session is not None, what="the session")
-            assert app.model.mode == "auto"
+            await wait_until(pilot, lambda: app.model.mode == "auto", what="the session (in auto mode)")
             await pilot.press("p")
             await wait_until(pilot, lambda: app._pending() is not None, what="the first decision point after pausing")
             assert app.model.mode == "review" and app.query_one("#decision").display

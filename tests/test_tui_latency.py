@@ -4,11 +4,15 @@ is rebuilt only when its keys change, panes that skip redraws of unchanged conte
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import os
 import sys
 import time
 import types
+from pathlib import Path
 
+import pytest
 from cudaforge.tui.app import WorkbenchApp
 from cudaforge.tui.cli import LaunchSpec
 from cudaforge.tui.collector import HeapFreezer
@@ -17,6 +21,9 @@ from cudaforge.tui.widgets.footer import KeyFooter
 from cudaforge.tui.widgets.rounds import RoundsPane
 from cudaforge.tui.widgets.status import StatusBar
 from tui_kit import FIXTURE_RUN, SIZE
+
+PANE_KEYS = ("2", "3", "4", "5", "6", "1", "0", "down", "up")
+RECORDED = next((Path(__file__).parent.parent / "examples" / "recorded").iterdir())  # a run with NCU profiles
 
 
 def test_the_probe_keeps_one_sample_per_key_press_the_later_sighting() -> None:
@@ -95,3 +102,87 @@ async def test_engine_events_that_change_nothing_redraw_nothing() -> None:
         await pilot.pause()
         assert tree._round_nodes == nodes, "the round tree was not rebuilt"
         assert status.content is shown, "the status bar was not updated with the same text"
+
+
+async def test_the_metrics_pane_lays_its_tables_out_once_not_on_every_visit() -> None:
+    from cudaforge.tui.widgets.metrics import RenderedOnce
+
+    app = WorkbenchApp(LaunchSpec(open_run=str(RECORDED), use_user_config=False), system_stats=False,
+                       cwd=RECORDED.parent)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("4")
+        await pilot.pause()
+        body = app.query_one("#metrics-body", RenderedOnce)
+        assert body.layouts >= 1 and body.virtual_size.height > 20  # the tables are there
+        before = body.layouts
+        for key in ("2", "4", "3", "4", "down", "up"):
+            await pilot.press(key)
+        await pilot.pause()
+        assert body.layouts == before, "switching back to the pane laid the tables out again"
+
+
+def test_highlight_queries_are_compiled_once_per_language() -> None:
+    from cudaforge.tui.highlight import install
+    from textual._tree_sitter import get_language
+    from textual.document._syntax_aware_document import SyntaxAwareDocument
+    from textual.widgets import TextArea
+
+    assert install()
+    query, language = TextArea._get_builtin_highlight_query("python"), get_language("python")
+    first = SyntaxAwareDocument("x = 1\n", language).prepare_query(query)
+    again = SyntaxAwareDocument("def f():\n    return 2\n", language).prepare_query(query)
+    assert first is again
+    doc = SyntaxAwareDocument("def f():\n    return 2\n", language)
+    assert doc.query_syntax_tree(again), "the shared query still highlights a new document"
+
+
+async def test_key_latency_over_rounds_with_approvals(tmp_path: Path, cache_dir: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """At least 100 keys while three rounds run in review mode, every decision approved with `a` as
+    soon as it shows: p95 key-press-to-render <= 100 ms is asserted, the worst is printed."""
+    from cudaforge.engine.session import RunStore
+    from llm_server import ScriptedLLMServer
+    from session_kit import CORRECT, KEY, KEY_ENV, coder_reply, judge_optimize_reply
+    from tui_kit import task_app, unique, write_config
+
+    os.environ.setdefault(KEY_ENV, KEY)
+    script = []
+    for i in range(4):
+        script += [coder_reply(unique(CORRECT, f"round {i}")), judge_optimize_reply(f"idea {i}")]
+    with ScriptedLLMServer(script) as server:
+        app = task_app(tmp_path, write_config(tmp_path, cache_dir, server, rounds=3))
+        async with app.run_test(size=SIZE) as pilot:
+            end = time.monotonic() + 240
+            while app._pending() is None and time.monotonic() < end:
+                await pilot.pause(0.05)
+            app.latency.samples_ms.clear()
+            presses = approvals = 0
+            while time.monotonic() < end and (app.model.stopped is None or presses < 100):
+                if app._pending() is not None:
+                    await pilot.press("a")
+                    approvals += 1
+                else:
+                    await pilot.press(PANE_KEYS[presses % len(PANE_KEYS)])
+                presses += 1
+                await pilot.pause(0.03)
+            assert app.model.stopped is not None, "the session did not finish its rounds"
+            # The Session ran on its own loop, off the UI's (tui/session_thread.py).
+            assert app.session_thread is not None and app.session_thread.loop is not None
+            assert app.session_thread.loop is not asyncio.get_running_loop()
+        samples = [ms for _, ms in app.latency.samples_ms]
+        p95 = sorted(samples)[int(0.95 * (len(samples) - 1))]
+        a_worst = max((ms for k, ms in app.latency.samples_ms if k == "a"), default=0.0)
+        with capsys.disabled():
+            print(f"\n[tui latency, {presses} keys, {approvals} approvals, 3 rounds] {app.latency.summary()}, "
+                  f"p95 {p95:.1f} ms, worst on 'a' {a_worst:.1f} ms")
+    assert len(samples) == presses >= 100 and approvals >= 5
+    rounds = RunStore.open(Path(app.model.run_dir), read_only=True).rounds()
+    assert [r.result.outcome for r in rounds if r.result is not None] == ["ok", "ok", "ok"]
+    # The target is for the workbench on its own 2-core machine: while other programs keep more runnable
+    # work than there are cores (the load average over the test's minute, less this test's own worker),
+    # its frames wait for the CPU like everyone else's; then the figure is reported, not asserted.
+    load = os.getloadavg()[0] - 1.0
+    if load > (os.cpu_count() or 2):
+        pytest.skip(f"p95 {p95:.1f} ms not asserted: the machine is overloaded by other processes (load {load:.1f})")
+    assert p95 <= 100.0, f"p95 key latency {p95:.1f} ms > 100 ms ({app.latency.summary()})"

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shlex
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from cudaforge.engine.config import Config, load_config
 from cudaforge.engine.errors import CudaforgeError
@@ -39,6 +41,7 @@ from cudaforge.tui.cli import LaunchSpec, parse_args
 from cudaforge.tui.collector import HeapFreezer
 from cudaforge.tui.commands import WorkbenchCommands
 from cudaforge.tui.format import failing_source_line, fmt_speedup
+from cudaforge.tui.highlight import install as install_highlight_cache
 from cudaforge.tui.keymap import bindings, check_keymap, effective_keys
 from cudaforge.tui.latency import LatencyProbe
 from cudaforge.tui.messages import DecisionChosen, EngineEvent, RoundSelected, SessionEnded
@@ -46,6 +49,7 @@ from cudaforge.tui.model import RoundView, RunModel
 from cudaforge.tui.screens.confirm import ConfirmScreen
 from cudaforge.tui.screens.help import HelpScreen
 from cudaforge.tui.screens.settings import SettingsScreen
+from cudaforge.tui.session_thread import SessionThread
 from cudaforge.tui.widgets.chart import SpeedupChart
 from cudaforge.tui.widgets.compiler import CompilerPane
 from cudaforge.tui.widgets.correctness import CorrectnessPane
@@ -73,6 +77,9 @@ import torch.nn as nn
 '''
 
 
+install_highlight_cache()
+
+
 class WorkbenchApp(App[int]):
     """The workbench. Construct with a LaunchSpec (what the command line asked for)."""
 
@@ -84,6 +91,9 @@ class WorkbenchApp(App[int]):
     def __init__(self, spec: LaunchSpec, *, env: dict[str, str] | None = None, system_stats: bool = True,
                  cwd: Path | None = None) -> None:
         super().__init__()
+        # No animations: a tab switch animated its underline for 0.3 s, ~18 frames of 10-20 ms each on
+        # a 2-core machine, and the next key waited behind them.
+        self.animation_level = "none"
         self.spec = spec
         self.env = env
         self.cwd = cwd or Path.cwd()
@@ -92,6 +102,7 @@ class WorkbenchApp(App[int]):
         self.driver = QueueDriver()
         self.session: Session | None = None
         self.session_task: asyncio.Task[None] | None = None
+        self.session_thread: SessionThread | None = None
         self.config: Config | None = None
         self.write_path = Path(spec.config_file) if spec.config_file else self.cwd / "cudaforge.toml"
         self.selected: int | None = None
@@ -152,9 +163,17 @@ class WorkbenchApp(App[int]):
             self.session_task = asyncio.create_task(self._drive())
         self._refresh_all()
         self.heap.freeze()
+        if os.environ.get("CUDAFORGE_TUI_STALLS"):
+            from cudaforge.tui.latency import StallWatch
+
+            self._stalls = StallWatch()
+            self._stalls.start(asyncio.get_running_loop())
 
     def on_unmount(self) -> None:
         self.heap.stop()
+        stalls = getattr(self, "_stalls", None)
+        if stalls is not None:
+            stalls.stop(os.environ["CUDAFORGE_TUI_STALLS"])
 
     def _load_config(self) -> None:
         """Configuration errors are shown, not raised: the app opens so the person can read them."""
@@ -202,7 +221,7 @@ class WorkbenchApp(App[int]):
         self._banner(f"Browsing {store.run_id} read-only. Select a round in the tree; every pane shows it.")
 
     async def _drive(self) -> None:
-        """Build the Session (in a thread: task loading imports torch) and run it in this loop."""
+        """Build the Session (in a thread: task loading imports torch) and run it on its own loop."""
         spec = self.spec
         hook = self._post_event
         try:
@@ -222,14 +241,10 @@ class WorkbenchApp(App[int]):
             return
         self.session = session
         self.heap.freeze()  # the session brought torch and the task's module in
-        try:
-            stopped = await session.run()
-            self.post_message(SessionEnded(stopped.message, error=stopped.reason == "error"))
-        finally:
-            close = getattr(session.evaluator, "aclose", None)
-            if close is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(close())
+        # Its own loop in its own thread: no engine work sits between a key and its frame.
+        self.session_thread = SessionThread(session)
+        stopped = await self.session_thread.run()
+        self.post_message(SessionEnded(stopped.message, error=stopped.reason == "error"))
 
     def _post_event(self, event: Event) -> None:
         """The Session's on_event hook: only posts; widgets change in the message handler."""
@@ -240,6 +255,8 @@ class WorkbenchApp(App[int]):
         event = message.event
         self.heap.after_imports()
         changed = self.model.apply(event)
+        if not self.query(RoundsPane):
+            return  # a late event from the Session's thread while the app shuts down: nothing to draw
         match event:
             case SessionStarted():
                 self._log(f"session {event.run_id} in {event.run_dir} ({event.mode} mode, {event.rounds} rounds)"
@@ -298,19 +315,30 @@ class WorkbenchApp(App[int]):
             self.model.gpu_name = str(gpu.get("name") or ("CPU" if gpu.get("device") == "cpu" else ""))
 
     def _load_costs(self, only: int | None = None) -> None:
-        """Per-round tokens and dollars come from the run folder's call log (events carry totals only)."""
+        """Per-round tokens and dollars come from the run folder's call log (events carry totals only);
+        read in a thread (the round files), applied and drawn back on the loop."""
         if not self.model.run_dir:
             return
-        try:
-            store = RunStore(Path(self.model.run_dir), read_only=True)
-            numbers = [only] if only is not None else list(self.model.rounds)
+        run_dir = Path(self.model.run_dir)
+        numbers = [only] if only is not None else list(self.model.rounds)
+
+        def read() -> dict[int, tuple[Any, Any]]:
+            store = RunStore(run_dir, read_only=True)
             calls = store.calls()
-            for n in numbers:
-                rec = store.load_round(n, calls)
+            return {n: (rec.cost_usd, rec.tokens) for n in numbers for rec in [store.load_round(n, calls)]}
+
+        async def load() -> None:
+            try:
+                costs = await asyncio.to_thread(read)
+            except (OSError, ValueError, CudaforgeError) as exc:
+                self._log(f"could not read round costs: {exc}", "warning")
+                return
+            for n, (cost, tokens) in costs.items():
                 view = self.model.ensure(n)
-                view.cost_usd, view.tokens = rec.cost_usd, rec.tokens
-        except (OSError, ValueError, CudaforgeError) as exc:
-            self._log(f"could not read round costs: {exc}", "warning")
+                view.cost_usd, view.tokens = cost, tokens
+            self._refresh_all(set(costs))
+
+        self.run_worker(load(), group="costs", exclusive=False)
 
     # ---- drawing --------------------------------------------------------------------------------
     def _refresh_all(self, changed: set[int] | None = None) -> None:
@@ -485,7 +513,10 @@ class WorkbenchApp(App[int]):
         self._answered = pending
         self.source_pane.stop_editing()
         self.judge_pane.stop_editing()
-        self.driver.answer(decision)
+        if self.session_thread is not None:
+            self.session_thread.call(self.driver.answer, decision)
+        else:
+            self.driver.answer(decision)
         self._log(f"round {pending.round}: {decision.action} the {pending.point}"
                   + (f" (branch from round {decision.round})" if decision.round is not None else ""))
         self.query_one(DecisionBar).show(None, self.keys, False, False)
@@ -738,6 +769,9 @@ def main(argv: list[str] | None = None) -> int:
     code = app.run()
     if os.environ.get("CUDAFORGE_TUI_LATENCY"):
         print(app.latency.summary(), file=sys.stderr)
+        if os.environ["CUDAFORGE_TUI_LATENCY"].endswith(".json"):  # every sample, for bench/tui_tmux_latency.py
+            Path(os.environ["CUDAFORGE_TUI_LATENCY"]).write_text(json.dumps(
+                {"samples_ms": [[k, round(ms, 2)] for k, ms in app.latency.samples_ms]}))
     if app.model.run_dir and not app.model.read_only:
         print(f"run folder: {app.model.run_dir}  (resume: cudaforge-tui --resume {app.model.run_dir})",
               file=sys.stderr)

@@ -58,3 +58,60 @@ class LatencyProbe:
             return "key latency: no key presses recorded"
         return (f"key-press-to-render latency over {len(self.samples_ms)} keys: worst {self.worst_ms:.1f} ms "
                 f"(key {self.worst_key!r}), median {self.median_ms:.1f} ms")
+
+
+class StallWatch:
+    """Diagnostics, off unless `CUDAFORGE_TUI_STALLS=PATH` is set: a thread notices when the event
+    loop has not ticked for `threshold_ms` and records what the main thread was running then (the
+    innermost frames of ours, Textual's and the engine's), so a slow key can be traced to the code
+    that blocked the loop. Written as JSON at exit."""
+
+    def __init__(self, threshold_ms: float = 40.0, tick_ms: float = 5.0) -> None:
+        import threading
+
+        self.threshold_s = threshold_ms / 1000.0
+        self.tick_s = tick_ms / 1000.0
+        self.last = _clock()
+        self.stalls: list[dict[str, object]] = []
+        self._main = threading.main_thread().ident
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="cf-stall-watch", daemon=True)
+
+    def start(self, loop: object) -> None:
+        self._loop = loop
+        self._beat()
+        self._thread.start()
+
+    def _beat(self) -> None:
+        self.last = _clock()
+        if not self._stop.is_set():
+            self._loop.call_later(self.tick_s, self._beat)  # type: ignore[attr-defined]
+
+    def _watch(self) -> None:
+        import traceback
+
+        current: dict[str, object] | None = None
+        while not self._stop.wait(self.tick_s):
+            late = _clock() - self.last
+            if late > self.threshold_s:
+                frame = sys._current_frames().get(self._main or 0)
+                stack = [f"{f.filename.rsplit('/site-packages/', 1)[-1]}:{f.lineno} {f.name}"
+                         for f in traceback.extract_stack(frame)[-14:]] if frame is not None else []
+                if current is None:
+                    current = {"at": _clock(), "ms": 0.0, "stacks": []}
+                    self.stalls.append(current)
+                current["ms"] = round(late * 1000.0, 1)
+                stacks = current["stacks"]
+                assert isinstance(stacks, list)
+                if len(stacks) < 6 and (not stacks or stacks[-1] != stack):
+                    stacks.append(stack)
+            else:
+                current = None
+
+    def stop(self, path: str) -> None:
+        import json
+
+        self._stop.set()
+        worst = sorted(self.stalls, key=lambda s: -float(s["ms"]))  # type: ignore[arg-type]
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump({"stalls": worst}, fh, indent=1)

@@ -386,6 +386,7 @@ class Session:
             source: str | None
             explanation = ""
             if self.mode == "manual" or self.coder is None:
+                self._prewarm()  # the person writes the kernel now: warm the worker meanwhile
                 source = None
                 draft_text = parent_record.candidate if parent_record and parent_record.candidate else ""
                 options: tuple[Any, ...] = ("edit", "branch", "stop")

@@ -530,6 +530,9 @@ def _acquire_gpu(spec: dict[str, Any]) -> None:
     lock = FileLock(path)
     lock.acquire()
     _HELD_LOCKS.append(lock)  # released when the worker process exits
+    from ..gpu_turns import withdraw_job
+
+    withdraw_job(path)
 
 
 def evaluate(spec: dict[str, Any], result: dict[str, Any]) -> None:

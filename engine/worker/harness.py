@@ -410,6 +410,10 @@ def main(argv: list[str]) -> int:
     global _PROGRESS
     spec = json.loads(Path(argv[0]).read_text())
     _PROGRESS = Path(spec["progress_path"])
+    if spec.get("gpu_lock_path"):
+        from ..gpu_turns import announce_job
+
+        announce_job(spec["gpu_lock_path"])  # a job: idle spares let it take the GPU lock first
     result_path = Path(spec["result_path"])
     phase("start")
     result: dict[str, Any] = {"phases": _PHASES, "findings": [], "numerics": {}}
@@ -442,14 +446,15 @@ SPARE_READY = "ready.json"
 
 
 @contextlib.contextmanager
-def _gpu_lock(path: str | None) -> Iterator[None]:
-    """Hold the per-GPU file lock (when one is given) for the spare's GPU warm-up only."""
+def _gpu_lock(path: str | None, has_job: Callable[[], bool] = lambda: False) -> Iterator[None]:
+    """Hold the per-GPU file lock (when one is given) for the spare's GPU warm-up only; announced jobs
+    (evaluations, profiles) take it first (engine/gpu_turns.py)."""
     if not path:
         yield
         return
-    from filelock import FileLock
+    from ..gpu_turns import warmup_turn
 
-    with FileLock(path):
+    with warmup_turn(path, has_job):
         yield
 
 
@@ -466,44 +471,62 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
     parent = os.getppid()  # before the warm-up: a supervisor killed meanwhile (e.g. with a Ray actor) is noticed
     phase("warm")
     warm_start = time.perf_counter()
+    job = root / SPARE_JOB
+    steps: dict[str, float] = {}  # where the warm-up's seconds go (ready.json), for benches and tests
+    mark = [warm_start]
+
+    def step(name: str) -> None:
+        now = time.perf_counter()
+        steps[name] = round(now - mark[0], 4)
+        mark[0] = now
+
     import torch
 
     from . import evaluate  # noqa: F401 - imported for its side effect: the evaluation code is loaded
     with contextlib.suppress(Exception):  # a failure here shows up again, properly reported, in the job
         import torch.utils.cpp_extension  # noqa: F401
+        from torch.profiler import ProfilerActivity, profile
+
+        from .. import nvrtc
+        step("import_s")
         if device == "cuda" and torch.cuda.is_available():
             from .triton_support import preload
 
             preload()  # triton, when installed: a Triton round does not pay for its import
-            with _gpu_lock(lock_path):
+            with _gpu_lock(lock_path, job.exists):
+                step("lock_wait_s")
                 torch.cuda.set_device(gpu)
                 torch.zeros(1, device=f"cuda:{gpu}")
                 torch.cuda.synchronize()
-                from .. import nvrtc
-
                 nvrtc._driver()
+                step("context_s")
                 if warm_cupti:
                     # The kernel check's first torch.profiler session loads and starts CUPTI (~3 s on
                     # an H200): do it now, while the LLM thinks.
-                    from torch.profiler import ProfilerActivity, profile
-
                     with profile(activities=[ProfilerActivity.CUDA]):
                         torch.zeros(1, device=f"cuda:{gpu}").add_(1)
                         torch.cuda.synchronize()
-    ready = {"pid": os.getpid(), "warm_s": round(time.perf_counter() - warm_start, 4), "device": device}
+                    step("cupti_s")
+    ready = {"pid": os.getpid(), "warm_s": round(time.perf_counter() - warm_start, 4), "device": device,
+             "steps": steps}
     write_result(root / SPARE_READY, ready)
     phase("idle")
-    job = root / SPARE_JOB
     while not job.exists():
         if os.getppid() != parent:  # the supervisor is gone: nobody will ever send a job
             os._exit(3)
         time.sleep(0.002)
     spec_path = json.loads(job.read_text())["spec"]
+    if lock_path:
+        from ..gpu_turns import announce_job
+
+        announce_job(lock_path)  # from now until it holds the lock, idle spares' warm-ups wait for it
     waited = 0.0  # how long the job waited for this spare to finish warming up
     with contextlib.suppress(OSError):
         waited = max(0.0, time.time() - job.stat().st_mtime - 0.002)
     _PHASES.clear()
     _PHASES["spare_wait"] = round(waited, 4)
+    # Where this spare's warm-up went (bench/spare_wait.py reads them from eval.json).
+    _PHASES.update({f"spare_{k[:-2]}": v for k, v in ready["steps"].items()})
     _PHASE_START[0], _PHASE_START[1] = None, 0.0
     return main([spec_path])
 

@@ -12,9 +12,49 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 from textual.containers import VerticalScroll
-from textual.widgets import Static
+from textual.geometry import Size
+from textual.strip import Strip
+from textual.widget import Widget
 
 ROUND_TOTAL = "(round total)"
+
+
+class RenderedOnce(Widget):
+    """A rich renderable laid out once per content and width, then drawn from those lines.
+
+    The metrics tables take 40-50 ms to lay out on a 2-core machine, and a Static lays its content
+    out twice per layout (once to measure its height, once to draw): switching to this pane, scrolling
+    it or any re-layout of the screen cost ~100 ms. Here a tab switch or a scroll draws stored lines."""
+
+    DEFAULT_CSS = "RenderedOnce { height: auto; }"
+
+    def __init__(self, renderable: RenderableType = "", *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._renderable = renderable
+        self._lines: tuple[int, list[Strip]] | None = None  # (width, lines)
+        self.layouts = 0  # how many times the renderable was laid out (tests read it)
+
+    def update(self, renderable: RenderableType) -> None:
+        self._renderable = renderable
+        self._lines = None
+        self.refresh(layout=True)
+
+    def _strips(self, width: int) -> list[Strip]:
+        if self._lines is None or self._lines[0] != width:
+            console = self.app.console
+            options = console.options.update(width=width, height=None)
+            lines = console.render_lines(self._renderable, options, style=self.rich_style, pad=True)
+            self._lines = (width, [Strip(line, width) for line in lines])
+            self.layouts += 1
+        return self._lines[1]
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(self._strips(width))
+
+    def render_line(self, y: int) -> Strip:
+        width = self.content_region.width or self.size.width
+        lines = self._strips(width)
+        return lines[y] if 0 <= y < len(lines) else Strip.blank(width, self.rich_style)
 
 
 class MetricsPane(VerticalScroll):
@@ -22,7 +62,7 @@ class MetricsPane(VerticalScroll):
     _shown: tuple[object, ...] | None = None
 
     def compose(self):  # type: ignore[no-untyped-def]
-        yield Static("", id="metrics-body")
+        yield RenderedOnce("", id="metrics-body")
 
     def show(self, profile: dict[str, Any] | None, analysis: dict[str, Any] | None,
              previous: dict[str, Any] | None, best: dict[str, Any] | None, labels: tuple[str, str],
@@ -31,7 +71,7 @@ class MetricsPane(VerticalScroll):
         if key == self._shown:
             return
         self._shown = key
-        self.query_one("#metrics-body", Static).update(
+        self.query_one("#metrics-body", RenderedOnce).update(
             render_metrics(profile, analysis, previous, best, labels, reason))
 
 

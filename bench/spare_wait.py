@@ -1,0 +1,183 @@
+"""Spare wait per round in a scripted session, and evaluation throughput with several in flight.
+
+Session: `examples/<task>` (default gelu, 32M elements), 4 rounds in auto mode, nvrtc, NCU on, the
+Coder and Judge SCRIPTED (tests/llm_server.py through the real openai SDK) and answering at once:
+the case where a spare that starts warming only when the LLM starts thinking makes the next round
+wait (8-11 s per round on main at 95c6c90). Each round's candidate is the example with a fresh
+nonce (a new candidate to every cache). Per round, from eval.json: `spare_wait` (how long the job
+waited for its spare), where that spare's warm-up went (import, waiting for the GPU lock, CUDA
+context, CUPTI), and the round's evaluate / profile seconds.
+
+Throughput: `--evals N` candidates (the examples' nvrtc modules with nonces, round robin) through one
+Evaluator, `--jobs J` at a time, with spares (prewarm once; each evaluation starts the next spare when
+it takes one) and without (a fresh worker per evaluation): evaluations per minute.
+
+    python bench/spare_wait.py [--task gelu] [--rounds 4] [--evals 21] [--jobs 4] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "bench"))
+
+from cudaforge.engine.candidate import Candidate  # noqa: E402
+from cudaforge.engine.config import load_config  # noqa: E402
+from cudaforge.engine.evaluator import EvalOptions, Evaluator  # noqa: E402
+from cudaforge.engine.session import PhaseChanged, RoundFinished, RunStore, create_session  # noqa: E402
+from cudaforge.engine.task import load_task  # noqa: E402
+from llm_server import Reply, ScriptedLLMServer  # noqa: E402
+from round_latency import with_nonce  # noqa: E402
+
+EXAMPLES = REPO / "examples"
+KEY_ENV = "CF_SCRIPTED_KEY"
+WARM = ("spare_import", "spare_lock_wait", "spare_context", "spare_cupti")
+
+
+def _coder(source: str) -> Reply:
+    return Reply(text=f"Here is the module.\n\n```python\n{source}```\n")
+
+
+def _judge(i: int) -> Reply:
+    return Reply(text=json.dumps({"bottleneck": "memory bound", "method": f"idea {i}",
+                                  "plan": "keep the kernel, tune the block size", "evidence": []}))
+
+
+async def session_rounds(task: str, rounds: int, out: Path, device: str = "cuda") -> list[dict[str, Any]]:
+    os.environ[KEY_ENV] = "scripted-not-a-key"
+    if device == "cuda":
+        task_path, source, fmt = EXAMPLES / task / "task.py", (EXAMPLES / task / "nvrtc.py").read_text(), "nvrtc"
+    else:  # a smoke test of this bench without a GPU: the CI task and its C++ candidate
+        core = REPO / "tests" / "core_tasks"
+        task_path, source, fmt = core / "task.py", (core / "correct.py").read_text(), "cpu"
+    script: list[Reply] = []
+    for i in range(rounds + 1):
+        script += [_coder(_new(source)), _judge(i)]
+    llm = {"provider": "openai-compatible", "model": "scripted", "api_key_env": KEY_ENV, "timeout_s": 60.0,
+           "max_retries": 0}
+    timeline: list[tuple[float, int, str]] = []
+
+    def on_event(e: Any) -> None:
+        if isinstance(e, PhaseChanged):
+            timeline.append((e.started_at, e.round, e.phase))
+        elif isinstance(e, RoundFinished):
+            timeline.append((time.time(), e.round, "done"))
+
+    with ScriptedLLMServer(script) as server:
+        flat: dict[str, Any] = {"eval.device": device, "session.rounds": rounds, "session.mode": "auto",
+                                "session.format": fmt, "run.folder": str(out / "runs"), "budget.dollars": 10.0}
+        if os.environ.get("CUDAFORGE_CACHE_DIR"):
+            flat["run.cache_dir"] = os.environ["CUDAFORGE_CACHE_DIR"]
+        for role in ("coder", "judge"):
+            flat.update({f"{role}.{k}": v for k, v in llm.items()} | {f"{role}.base_url": server.base_url_compat})
+        session = create_session(task_path, load_config(None, flat, use_user_config=False), on_event=on_event)
+        await session.run()
+    phases: dict[int, dict[str, float]] = {}
+    for (t, n, phase), (t_next, _, _) in zip(timeline, timeline[1:], strict=False):
+        if phase != "done":
+            phases.setdefault(n, {}).setdefault(phase, 0.0)
+            phases[n][phase] += t_next - t
+    rows = []
+    for rec in RunStore(session.store.path, read_only=True).rounds():
+        p, wp = phases.get(rec.round, {}), (rec.result.phases if rec.result else {})
+        rows.append({"round": rec.round, "outcome": rec.outcome, "spare_wait_s": wp.get("spare_wait"),
+                     **{k + "_s": wp.get(k) for k in WARM},
+                     "evaluate_s": sum(p.get(k, 0.0) for k in ("compiling", "verifying", "timing")),
+                     "profile_s": p.get("profiling", 0.0),
+                     "profile_ok": bool((rec.profile or {}).get("ok"))})
+    return rows
+
+
+def _new(source: str) -> str:
+    """A new candidate to every cache (NVRTC source nonce), or at least a new module hash (cpu.py)."""
+    try:
+        return with_nonce(source)
+    except ValueError:
+        return source + f"\n# {time.time_ns()}\n"
+
+
+async def throughput(evals: int, jobs: int, spares: bool, cache: Path, device: str = "cuda") -> dict[str, Any]:
+    fmt = "nvrtc" if device == "cuda" else "cpu"
+    names = sorted(p.parent.name for p in EXAMPLES.glob(f"*/{fmt}.py") if (p.parent / "task.py").exists())
+    work = [(load_task(EXAMPLES / n / "task.py"), EXAMPLES / n / f"{fmt}.py") for n in names]
+    ev = Evaluator(EvalOptions(device=device, cache_dir=cache))
+    sem = asyncio.Semaphore(jobs)
+    outcomes: list[str] = []
+    waits: list[float] = []
+
+    async def one(i: int) -> None:
+        task, path = work[i % len(work)]
+        async with sem:
+            r = await ev.evaluate(task, Candidate.from_source(_new(path.read_text()), path=path))
+            outcomes.append(r.outcome)
+            if "spare_wait" in r.phases:
+                waits.append(r.phases["spare_wait"])
+
+    if spares:
+        ev.prewarm()
+    start = time.perf_counter()
+    try:
+        await asyncio.gather(*(one(i) for i in range(evals)))
+    finally:
+        await ev.aclose()
+    wall = time.perf_counter() - start
+    return {"spares": spares, "evals": evals, "jobs": jobs, "wall_s": round(wall, 1),
+            "per_minute": round(60.0 * evals / wall, 1), "ok": outcomes.count("ok"),
+            "spare_used": len(waits), "spare_wait_median_s": statistics.median(waits) if waits else None}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--task", default="gelu")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--evals", type=int, default=21)
+    ap.add_argument("--jobs", type=int, default=4)
+    ap.add_argument("--skip-session", action="store_true")
+    ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--device", default="cuda", help="cpu: a smoke test of this bench without a GPU")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    out = Path(tempfile.mkdtemp(prefix="cf-spare-wait-"))
+    res: dict[str, Any] = {}
+    if not args.skip_session:
+        res["session"] = asyncio.run(session_rounds(args.task, args.rounds, out, args.device))
+    if not args.skip_throughput:
+        res["throughput"] = [asyncio.run(throughput(args.evals, args.jobs, spares, out / f"cache-{spares}",
+                                                        args.device))
+                             for spares in (False, True)]
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1, default=str))
+
+    def f(v: Any) -> str:
+        return "—" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)
+
+    if "session" in res:
+        print(f"\nscripted session, {args.task}, replies at once (seconds):")
+        print("| round | outcome | spare_wait | spare: import | lock wait | context | CUPTI | evaluate | profile |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for r in res["session"]:
+            print(f"| {r['round']} | {r['outcome']} | {f(r['spare_wait_s'])} | " + " | ".join(
+                f(r[k + '_s']) for k in WARM) + f" | {f(r['evaluate_s'])} | {f(r['profile_s'])} |")
+    if "throughput" in res:
+        print(f"\nthroughput, {args.evals} nvrtc evaluations, {args.jobs} in flight, one Evaluator:")
+        print("| spares | wall s | evaluations/min | ok | evaluations that took a spare | median spare_wait s |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for t in res["throughput"]:
+            print(f"| {'yes' if t['spares'] else 'no'} | {t['wall_s']} | {t['per_minute']} | {t['ok']}/{t['evals']} | "
+                  f"{t['spare_used']} | {f(t['spare_wait_median_s'])} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""Jobs before warm-ups at the per-GPU lock.
+
+The per-GPU file lock (engine/gpu_lock.py) serialises everything that touches the GPU: evaluations,
+profiles and the GPU part of a spare's warm-up (CUDA context, CUPTI). A flock has no order, so a
+spare that warms up for a *later* round could take the lock between this round's evaluation and its
+profile and delay the profile by its whole warm-up (context creation, CUPTI start: seconds on an
+H200). So a process with a job announces it (a file named after its pid in `<lock>.jobs/`) from the
+moment it has the job until it holds the lock, and an idle spare takes the lock for its warm-up
+only while no live job is announced. A spare that is handed a job while it warms announces that
+job and stops yielding. Announcements of dead processes are ignored (and removed); an idle spare
+yields at most `max_yield_s`, so a stale file can delay a warm-up, never stop it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+_ANNOUNCED: list[Path] = []
+
+
+def jobs_dir(lock_path: str | os.PathLike[str]) -> Path:
+    return Path(f"{os.fspath(lock_path)}.jobs")
+
+
+def announce_job(lock_path: str | os.PathLike[str] | None) -> None:
+    """Say that this process has a job and will want the GPU lock (idempotent)."""
+    if not lock_path:
+        return
+    path = jobs_dir(lock_path) / str(os.getpid())
+    if path in _ANNOUNCED:
+        return
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.touch()
+        _ANNOUNCED.append(path)
+
+
+def withdraw_job(lock_path: str | os.PathLike[str] | None = None) -> None:
+    """This process holds the lock now (or gave up): its announcement goes."""
+    for path in list(_ANNOUNCED):
+        if lock_path is None or path.parent == jobs_dir(lock_path):
+            with contextlib.suppress(OSError):
+                path.unlink()
+            _ANNOUNCED.remove(path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped by its supervisor) no longer wants anything.
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
+    return True
+
+
+def jobs_waiting(lock_path: str | os.PathLike[str]) -> bool:
+    """Whether a live process other than this one has announced a job for this lock."""
+    try:
+        entries = list(jobs_dir(lock_path).iterdir())
+    except OSError:
+        return False
+    me = os.getpid()
+    for entry in entries:
+        try:
+            pid = int(entry.name)
+        except ValueError:
+            continue
+        if pid == me:
+            continue
+        if _alive(pid):
+            return True
+        with contextlib.suppress(OSError):
+            entry.unlink()
+    return False
+
+
+@contextlib.contextmanager
+def warmup_turn(lock_path: str, has_job: Callable[[], bool], *, max_yield_s: float = 30.0,
+                poll_s: float = 0.02) -> Iterator[float]:
+    """Hold the GPU lock for a spare's warm-up, letting announced jobs go first; yields the seconds
+    spent waiting. Once this spare has a job itself it announces it and waits like any job."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(lock_path)
+    start = time.monotonic()
+    while True:
+        if has_job() or time.monotonic() - start > max_yield_s:
+            if has_job():
+                announce_job(lock_path)
+            lock.acquire()
+            break
+        if not jobs_waiting(lock_path):
+            try:
+                lock.acquire(timeout=poll_s)
+            except Timeout:
+                continue
+            if not jobs_waiting(lock_path) or has_job():
+                break
+            lock.release()  # a job was announced while we took it: it goes first
+        time.sleep(poll_s)
+    try:
+        yield time.monotonic() - start
+    finally:
+        lock.release()

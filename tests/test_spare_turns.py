@@ -1,0 +1,140 @@
+"""Spares for back-to-back rounds: the next spare starts when one takes its job, and an idle spare's
+GPU warm-up lets announced jobs take the per-GPU lock first (engine/gpu_turns.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from cudaforge.engine.candidate import load_candidate
+from cudaforge.engine.evaluator import EvalOptions, Evaluator
+from cudaforge.engine.gpu_turns import announce_job, jobs_dir, jobs_waiting, warmup_turn, withdraw_job
+from cudaforge.engine.task import load_task
+
+HERE = Path(__file__).parent / "core_tasks"
+TASK = HERE / "task.py"
+
+
+def _sleeper() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+
+def _enter_in_thread(lock: str, has_job=lambda: False) -> tuple[threading.Event, threading.Thread]:
+    entered = threading.Event()
+
+    def warm() -> None:
+        with warmup_turn(lock, has_job):
+            entered.set()
+
+    t = threading.Thread(target=warm, daemon=True)
+    t.start()
+    return entered, t
+
+
+def test_idle_warm_up_waits_while_a_job_is_announced(tmp_path: Path) -> None:
+    lock = str(tmp_path / "gpu0.lock")
+    other = _sleeper()
+    try:
+        jobs_dir(lock).mkdir()
+        (jobs_dir(lock) / str(other.pid)).touch()  # another process has a job and wants the GPU
+        assert jobs_waiting(lock)
+        entered, t = _enter_in_thread(lock)
+        assert not entered.wait(0.6), "the warm-up took the GPU lock ahead of an announced job"
+        (jobs_dir(lock) / str(other.pid)).unlink()  # the job holds the lock now (withdrawn)
+        assert entered.wait(10)
+        t.join(10)
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_announcements_of_dead_processes_are_ignored_and_removed(tmp_path: Path) -> None:
+    lock = str(tmp_path / "gpu0.lock")
+    gone = _sleeper()
+    gone.kill()
+    gone.wait()
+    jobs_dir(lock).mkdir()
+    (jobs_dir(lock) / str(gone.pid)).touch()
+    assert not jobs_waiting(lock)
+    assert not (jobs_dir(lock) / str(gone.pid)).exists()
+    entered, t = _enter_in_thread(lock)
+    assert entered.wait(10)
+    t.join(10)
+
+
+def test_a_spare_that_has_its_job_does_not_yield(tmp_path: Path) -> None:
+    lock = str(tmp_path / "gpu0.lock")
+    other = _sleeper()
+    try:
+        jobs_dir(lock).mkdir()
+        (jobs_dir(lock) / str(other.pid)).touch()
+        entered, t = _enter_in_thread(lock, has_job=lambda: True)
+        assert entered.wait(10), "a spare with a job waited behind another job's announcement forever"
+        t.join(10)
+        assert (jobs_dir(lock) / str(__import__("os").getpid())).exists()  # it announced its own job
+    finally:
+        withdraw_job(lock)
+        other.kill()
+        other.wait()
+
+
+def test_own_announcement_does_not_block_itself_and_is_withdrawn(tmp_path: Path) -> None:
+    lock = str(tmp_path / "gpu0.lock")
+    announce_job(lock)
+    assert not jobs_waiting(lock)  # our own job never makes us wait
+    withdraw_job(lock)
+    assert list(jobs_dir(lock).iterdir()) == []
+
+
+def _wait_ready(spare, limit_s: float = 120.0) -> dict:
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        ready = spare.ready()
+        if ready is not None:
+            return ready
+        time.sleep(0.05)
+    raise AssertionError("spare never became ready")
+
+
+def test_cuda_evaluator_starts_the_next_spare_when_one_takes_its_job(tmp_path: Path, monkeypatch) -> None:
+    """Back-to-back rounds: the next spare is started at submit, not after the evaluation, so its
+    process start and imports overlap the evaluation. (No GPU here: the job itself fails with
+    'CUDA unavailable', which is fine; what is checked is the spare hand-over.)"""
+    monkeypatch.setenv("CUDAFORGE_LOCK_DIR", str(tmp_path / "locks"))
+    ev = Evaluator(EvalOptions(device="cuda", cache_dir=tmp_path / "cache"))
+    task, cand = load_task(TASK), load_candidate(HERE / "correct.py")
+    try:
+        ev.prewarm()
+        first = ev.spare
+        ready = _wait_ready(first)
+        assert ready["steps"]["import_s"] > 0  # where the warm-up's seconds went
+        t0 = time.monotonic()
+        result = asyncio.run(ev.evaluate(task, cand))
+        t1 = time.monotonic()
+        assert result.exit is not None and "spare_wait" in result.phases
+        second = ev.spare
+        assert second is not None and second is not first and second.alive()
+        # Started at submit (not after the evaluation): the worker's run lies between its start and t1.
+        assert t0 <= second.started <= t1 - 0.5 * result.exit.seconds
+        second_ready = _wait_ready(second)
+        assert second_ready["pid"] != ready["pid"]
+    finally:
+        asyncio.run(ev.aclose())
+    assert ev.spare is None
+
+
+def test_cpu_evaluator_keeps_prewarm_for_the_caller(tmp_path: Path) -> None:
+    """On the CPU device the evaluation times on the host: no spare imports torch beside it."""
+    ev = Evaluator(EvalOptions(device="cpu", cache_dir=tmp_path / "cache"))
+    try:
+        ev.prewarm()
+        first = ev.spare
+        _wait_ready(first)
+        asyncio.run(ev.evaluate(load_task(TASK), load_candidate(HERE / "correct.py")))
+        assert ev.spare is None
+    finally:
+        asyncio.run(ev.aclose())
