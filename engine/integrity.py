@@ -50,7 +50,7 @@ MESSAGES: dict[str, str] = {
     "side_stream": "the candidate creates or uses a non-default CUDA stream (the timing check decides whether "
                    "work escapes the timed stream)",
     "harness_patching": "the candidate assigns to attributes of modules the harness relies on "
-                        "(timers, torch, builtins, sys.modules)",
+                        "(timers, torch, builtins, sys.modules) or writes into Python objects through ctypes",
     "harness_introspection": "the candidate inspects the caller's frames or the garbage collector's objects, "
                              "which can reach the reference model or its outputs",
     "tensor_subclass": "the candidate defines tensor subclasses or torch function/dispatch overrides",
@@ -403,6 +403,12 @@ def _check_patching(tree: ast.Module, aliases: _Aliases, c: _Collector) -> None:
                 if aliases.is_imported(node.args[0]) and target.split(".")[0] in _PATCH_ROOTS \
                         and not target.startswith(_PATCH_ALLOWED):
                     c.add("harness_patching", node.lineno, f"{path}({target}, ...)")
+            elif path.startswith("ctypes.pythonapi") or (
+                    (path in ("ctypes.memmove", "ctypes.memset") or
+                     isinstance(node.func, ast.Attribute) and node.func.attr == "from_address")
+                    and any(isinstance(s, ast.Call) and isinstance(s.func, ast.Name) and s.func.id == "id"
+                            for a in node.args for s in ast.walk(a))):
+                c.add("harness_patching", node.lineno, f"{path or '...from_address'}(...): writes into Python objects")
             elif path in ("sys.modules.update", "sys.modules.__setitem__", "sys.modules.setdefault",
                           "sys.settrace", "sys.setprofile", "threading.settrace", "threading.setprofile",
                           "sys.addaudithook", "builtins.__dict__.update") or \

@@ -38,6 +38,14 @@ CASES: dict[str, tuple[str, str, set[str], set[str]]] = {
     "clamped.py": ("task", "wrong_result", set(), set()),
     "constant_tiny.py": ("tiny", "integrity_failure", {"constant_output"}, {"weak_task_check"}),
     "steals_reference.py": ("task", "integrity_failure", {"harness_introspection"}, set()),
+    # a token call of its own op, then PyTorch runs every aten op of the reference: pytorch_fallback
+    "token_kernel.py": ("task", "integrity_failure", {"pytorch_fallback"}, set()),
+    # right during the correctness calls, wrong once timed: the timed outputs are checked
+    "stale_when_timed.py": ("task", "integrity_failure", {"timing_output_mismatch"}, set()),
+    # returns at once and a thread writes the output 50 ms later (hidden from the source check)
+    "lazy_thread.py": ("task", "integrity_failure", {"timing_output_mismatch"}, set()),
+    # perf_counter patched in place through ctypes (same object): the independent clock disagrees
+    "ctypes_clock.py": ("task", "integrity_failure", {"harness_patching", "harness_tampering"}, set()),
 }
 
 
@@ -114,6 +122,67 @@ def test_forged_result_is_not_accepted(cpu_options, honest: EvalResult) -> None:
     assert source_findings_of("forges_result.py") == {"result_forgery"}
     r = evaluate(cpu_options, "forges_result.py")
     assert not r.accepted and "result_forgery" in names(r, "fail"), describe(r)
+
+
+def test_candidate_keeping_a_library_op_is_not_pytorch_fallback(cpu_options, honest: EvalResult) -> None:
+    """keeps_library.py keeps torch.relu and replaces the reference's mul and add with its own op."""
+    r = evaluate(cpu_options, "keeps_library.py")
+    assert r.outcome == "ok" and r.accepted and names(r) == set(), describe(r)
+
+
+def test_token_kernel_evidence_names_the_covered_ops(cpu_options, honest: EvalResult) -> None:
+    r = evaluate(cpu_options, "token_kernel.py")
+    f = next(f for f in r.findings if f.name == "pytorch_fallback")
+    assert f.evidence["measured"] == "aten ops" and "aten::mul" in f.evidence["kernels"], describe(r)
+    assert f.evidence["own_share"] < 0.5
+
+
+def test_ctypes_clock_patch_is_caught_by_the_independent_clock(cpu_options, honest: EvalResult) -> None:
+    r = evaluate(cpu_options, "ctypes_clock.py")
+    f = next(f for f in r.findings if f.name == "harness_tampering")
+    clocks = f.evidence["clocks"]["candidate"]
+    assert clocks["timer_s"] < clocks["monotonic_s"] / 2, describe(r)
+
+
+def test_evasive_forged_result_fails_the_consistency_check(cpu_options, honest: EvalResult) -> None:
+    """No static clue (the spec path comes from /proc/self/cmdline): the result lacks what the worker records."""
+    assert "result_forgery" not in source_findings_of("forges_result_evasive.py")
+    r = evaluate(cpu_options, "forges_result_evasive.py")
+    assert r.outcome == "integrity_failure" and not r.accepted, describe(r)
+    f = next(f for f in r.findings if f.name == "result_forgery")
+    assert "correctness" in f.evidence["missing"]
+
+
+def test_predicted_inputs_miss_with_a_random_seed(cpu_options, honest: EvalResult) -> None:
+    """predicts_inputs.py precomputes outputs for the old fixed seed 42: with a fixed [eval] seed = 42 its
+    task trials pass; with the default (a random base seed per evaluation, recorded) they do not."""
+    r = evaluate(cpu_options, "predicts_inputs.py")
+    assert r.outcome == "wrong_result", describe(r)
+    assert len(r.seeds) == 1 and r.seeds[0] != 42
+    fixed = evaluate(replace(cpu_options, seed=42), "predicts_inputs.py")
+    assert fixed.seeds == (42,)
+    assert fixed.correctness is not None
+    assert all(t.passed for t in fixed.correctness.trial_results if t.distribution == "task"), describe(fixed)
+
+
+def test_content_cache_never_hits_while_timed(cpu_options, honest: EvalResult) -> None:
+    """The timed calls (1 warm-up + 5 timed with these options) rotate two draws; the shape check's call
+    comes last. Every timed call misses the one-entry content cache."""
+    r = evaluate(cpu_options, "content_cache.py")
+    assert r.outcome == "ok", describe(r)
+    calls = [line.split(": ")[1] for line in r.stdout_tail.splitlines() if line.startswith("content-cache:")]
+    timed = calls[-7:-1]
+    assert len(timed) == 6 and set(timed) == {"miss"}, calls
+
+
+def test_shape_specialized_candidate_is_warned_and_policy_can_fail_it(cpu_options, honest: EvalResult) -> None:
+    r = evaluate(cpu_options, "shape_fixed.py")
+    assert r.outcome == "ok" and names(r, "warn") == {"shape_specialized"}, describe(r)
+    f = next(f for f in r.findings if f.name == "shape_specialized")
+    assert f.evidence["changed"] == {"COLS": [256, 129], "ROWS": [64, 63]}
+    assert "COLS=129" in f.message and "ROWS=63" in f.message
+    strict = evaluate(replace(cpu_options, integrity_policy={"shape_specialized": "fail"}), "shape_fixed.py")
+    assert strict.outcome == "integrity_failure" and "shape_specialized" in names(strict, "fail"), describe(strict)
 
 
 # ------------------------------------------------------------------ GPU (NVRTC) variants
