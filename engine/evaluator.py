@@ -118,7 +118,7 @@ def forgery_finding(raw: Mapping[str, Any]) -> Finding | None:
     """`result_forgery` when the worker's result claims "ok" but lacks what the worker always records."""
     if raw.get("outcome") != "ok":
         return None
-    missing = [k for k in _OK_RECORDS if not raw.get(k)]
+    missing = [k for k in _OK_RECORDS if raw.get(k) is None]
     corr = raw.get("correctness") if isinstance(raw.get("correctness"), Mapping) else {}
     if not corr.get("passed") or not corr.get("trial_results"):
         missing.append("passed correctness trials")

@@ -382,8 +382,9 @@ def size_constants(task: Any, source: str) -> dict[str, int]:
     assigns: dict[str, ast.AST] = {}
     funcs: dict[str, ast.AST] = {}
     for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            assigns[node.targets[0].id] = node.value
+        if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
+            for t in node.targets:  # `height = width = 128` binds both
+                assigns[t.id] = node.value  # type: ignore[attr-defined]
         elif isinstance(node, (ast.AnnAssign,)) and isinstance(node.target, ast.Name) and node.value is not None:
             assigns[node.target.id] = node.value
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -421,9 +422,10 @@ def rewrite_constants(source: str, values: Mapping[str, int]) -> str:
     """The task source with the module-level assignments of `values`' names set to those values."""
     tree = ast.parse(source)
     for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                and node.targets[0].id in values:
-            node.value = ast.Constant(values[node.targets[0].id])
+        if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
+            chosen = {values[t.id] for t in node.targets if t.id in values}  # type: ignore[attr-defined]
+            if len(chosen) == 1:
+                node.value = ast.Constant(chosen.pop())
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id in values:
             node.value = ast.Constant(values[node.target.id])
     return ast.unparse(ast.fix_missing_locations(tree))
