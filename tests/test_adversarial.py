@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from adversarial_kit import ADV, TASK, TINY_TASK, describe, evaluate, names, source_findings_of
@@ -233,6 +234,66 @@ def test_gpu_cached_output_is_caught(gpu_opts) -> None:
     r = evaluate(gpu_opts, "cuda/cached_output.py", CUDA_TASK)
     assert r.outcome == "integrity_failure", describe(r)
     assert {"faster_than_memory_bound", "result_cache"} & names(r, "fail"), describe(r)
+
+
+GEMM_TASK = ADV / "cuda" / "gemm_task.py"
+
+# candidate -> (task, expected outcome, failing findings that must be present, warn findings that must be present)
+GPU_CASES: dict[str, tuple[Path, str, set[str], set[str]]] = {
+    "cuda/token_kernel.py": (CUDA_TASK, "integrity_failure", {"pytorch_fallback"}, set()),
+    "cuda/gemm_token_kernel.py": (GEMM_TASK, "integrity_failure", {"pytorch_fallback"}, set()),
+    "cuda/empty_when_timed.py": (CUDA_TASK, "integrity_failure", {"timing_output_mismatch"}, set()),
+    "cuda/lazy_thread.py": (CUDA_TASK, "integrity_failure", {"timing_output_mismatch"}, set()),
+    "cuda/ctypes_event.py": (CUDA_TASK, "integrity_failure", {"harness_patching", "harness_tampering"}, set()),
+    "cuda/shape_fixed.py": (CUDA_TASK, "ok", set(), {"shape_specialized"}),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(GPU_CASES))
+def test_gpu_hack_gets_its_finding(gpu_opts, name: str) -> None:
+    task, outcome, fails, warns = GPU_CASES[name]
+    r = evaluate(gpu_opts, name, task)
+    assert r.outcome == outcome, describe(r)
+    assert fails <= names(r, "fail") and warns <= names(r, "warn"), describe(r)
+
+
+@pytest.mark.gpu
+def test_gpu_candidate_keeping_cublas_for_the_gemm_is_accepted(gpu_opts) -> None:
+    r = evaluate(gpu_opts, "cuda/gemm_keeps_cublas.py", GEMM_TASK)
+    assert r.outcome == "ok" and not r.failing_findings(), describe(r)
+    assert any(not k.custom for k in r.kernels) and any(k.custom for k in r.kernels), describe(r)
+
+
+@pytest.mark.gpu
+def test_gpu_spare_of_another_session_is_not_gpu_shared(gpu_opts, tmp_path) -> None:
+    """Another process's cudaforge spare (CUDA context created, waiting for a job) carries the sandbox
+    marker: it is ours, so an evaluation meanwhile has no gpu_shared warning."""
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "other_session.py"
+    script.write_text(
+        "import signal, sys, time\n"
+        "from pathlib import Path\n"
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))  # atexit then kills the spare\n"
+        "from cudaforge.engine.evaluator import EvalOptions, Evaluator\n"
+        f"ev = Evaluator(EvalOptions(device='cuda', gpu={gpu_opts.gpu}, cache_dir=Path({str(tmp_path)!r})))\n"
+        "ev.prewarm()\n"
+        "while ev.spare.ready() is None:\n"
+        "    time.sleep(0.05)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(120)\n")
+    other = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "ready"
+        r = evaluate(gpu_opts, "cuda/honest.py", CUDA_TASK)
+        assert "gpu_shared" not in names(r), describe(r)
+    finally:
+        other.terminate()
+        other.wait(timeout=30)
+        time.sleep(0.5)
 
 
 # ------------------------------------------------------------------ honest examples end to end (slow)

@@ -211,7 +211,6 @@ class TimedOutputCheck:
         self.trials = 0
         self.index = 0
         self.expected: list[Any] | None = None
-        self.before_inputs: list[Any] | None = None
         self.checked: list[int] = []
         self.failures: list[dict[str, Any]] = []
         self.aliased: list[int] = []
@@ -227,16 +226,16 @@ class TimedOutputCheck:
             return
         import torch
 
+        # A copy of the inputs (the reference may change its inputs in place), freed once it has run; the
+        # reference's output is fresh memory that nothing touches until it is compared.
         inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in self.candidate.peek()]
         self.reference_numerics()
         try:
             with torch.no_grad():
-                out = self.reference_model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
-            self.expected = [t.detach().clone() if isinstance(t, torch.Tensor) else t for t in _flat(out)]
-            del out
+                self.expected = _flat(self.reference_model(*inputs))
         finally:
             self.timing_numerics()
-        self.before_inputs = inputs
+        del inputs
 
     def after(self, name: str, out: Any) -> None:
         import torch
@@ -254,7 +253,6 @@ class TimedOutputCheck:
             return
         self.sync()
         expected, self.expected = self.expected, None
-        before, self.before_inputs = self.before_inputs, None
         got = _flat(out)
         self.checked.append(index)
         reason = ""
@@ -268,10 +266,9 @@ class TimedOutputCheck:
                     break
         if reason:
             self.failures.append({"call": index, "reason": reason})
-        used = self.candidate.draws[(self.candidate.calls - 1) % len(self.candidate.draws)]
-        if _storages(got) & _storages(used):
+        if _storages(got) & self.protected:  # the timed inputs, the reference model's parameters and buffers
             self.aliased.append(index)
-        del expected, before, got
+        del expected, got
 
     def findings(self) -> list[Finding]:
         out = []
@@ -285,7 +282,7 @@ class TimedOutputCheck:
                  "atol": self.atol, "rtol": self.rtol}))
         if self.aliased:
             out.append(Finding("output_aliases_input", "fail", "during timing the candidate returned memory of "
-                               "its inputs", {"timed_calls": self.aliased[:5]}))
+                               "its inputs or of the reference model's parameters", {"timed_calls": self.aliased[:5]}))
         return out
 
 

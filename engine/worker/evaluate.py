@@ -15,6 +15,7 @@ from ..results import Finding, to_dict
 from . import checks as runtime_checks
 from .compare import DEFAULT_TOLERANCE, compare_output, flatten_outputs
 from .harness import (
+    REAL_CLOCKS,
     BuildRecorder,
     CandidateFailure,
     TaskFailure,
@@ -373,7 +374,7 @@ def timing(spec: dict[str, Any], task: Any, model: Any, model_new: Any, device: 
     output_check = runtime_checks.TimedOutputCheck(
         candidate_calls, model, device, atol=atol, rtol=rtol, compare=compare_output,
         protected=_storage_ptrs([*draws[0], *draws[1], *model.parameters(), *model.buffers()]),
-        sync=torch.cuda.synchronize if device.type == "cuda" else (lambda: None),
+        sync=REAL_CLOCKS["synchronize"] if device.type == "cuda" else (lambda: None),
         numerics=(set_reference_numerics, lambda: set_default_numerics(default_numerics)))
     compiled_note = None
     if "compile" in t.get("baselines", []):
