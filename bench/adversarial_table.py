@@ -34,6 +34,7 @@ class Case:
     fails: frozenset[str] = frozenset()  # failing findings that must be present
     warns: frozenset[str] = frozenset()  # warnings that must be present
     any_of: frozenset[str] = frozenset()  # at least one of these failing findings
+    or_no_gain: bool = False  # also as expected: accepted, timed no faster than the honest kernel (1.3x)
 
 
 CASES = [
@@ -55,12 +56,14 @@ CASES = [
          frozenset({"hidden_async_work"}), frozenset({"side_stream"})),
     Case("stale_output.py", "task.py", "returns unwritten memory from the start", "wrong_result"),
     Case("cached_output.py", "task.py", "output cached by address + one element", "integrity_failure",
-         any_of=frozenset({"faster_than_memory_bound", "result_cache"})),
+         any_of=frozenset({"faster_than_memory_bound", "result_cache"}), or_no_gain=True),
     Case("shape_fixed.py", "task.py", "compiled for 8192 x 4096 only", "ok", warns=frozenset({"shape_specialized"})),
 ]
 
 
-def matches(case: Case, outcome: str, fails: set[str], warns: set[str]) -> bool:
+def matches(case: Case, outcome: str, fails: set[str], warns: set[str], speedup: float | None) -> bool:
+    if case.or_no_gain and outcome == "ok" and speedup is not None and speedup < 1.3:
+        return True  # the rotated timed inputs miss its cache: it was timed doing the work
     return (outcome == case.outcome and case.fails <= fails and case.warns <= warns
             and (not case.any_of or bool(case.any_of & fails)))
 
@@ -80,11 +83,13 @@ async def run_all(options: EvalOptions, parallel: int) -> list[dict]:
             expected = " or ".join(sorted(case.any_of))
         if case.warns:
             expected += " (warn: " + ", ".join(sorted(case.warns)) + ")"
+        if case.or_no_gain:
+            expected += "; or ok with no gain"
         got = ", ".join(sorted(fails)) or "-"
         if warns:
             got += " (warn: " + ", ".join(sorted(warns)) + ")"
         return {"candidate": case.candidate, "hack": case.hack, "expected_outcome": case.outcome,
-                "expected": expected, "outcome": r.outcome, "got": got, "ok": matches(case, r.outcome, fails, warns),
+                "expected": expected, "outcome": r.outcome, "got": got, "ok": matches(case, r.outcome, fails, warns, r.timing.speedup if r.timing else None),
                 "speedup": r.timing.speedup if r.timing else None, "wall_s": round(wall, 2), "message": r.message,
                 "findings": [{"name": f.name, "severity": f.severity, "message": f.message} for f in r.findings]}
 

@@ -226,14 +226,17 @@ def test_gpu_kernel_compiled_but_never_launched(gpu_opts) -> None:
 
 
 @pytest.mark.gpu
-def test_gpu_cached_output_is_caught(gpu_opts) -> None:
-    """Two checks can catch it: the cache-reuse probe (when its sparse mix leaves the sampled element
-    unchanged, which depends on the draw) and the speed-of-light floor on the timed calls."""
-    if not gpu_opts.peak_bandwidth_gbs:
-        pytest.skip("no GPU profile with a DRAM bandwidth for this card")
+def test_gpu_cached_output_is_caught_or_earns_nothing(gpu_opts) -> None:
+    """The cache-reuse probe catches it when its sparse mix changes the one sampled element (15 draws in
+    16); otherwise the timed calls, which rotate two input draws, miss its one-entry cache on every
+    call, so it is timed doing the work (no gain over the honest kernel)."""
     r = evaluate(gpu_opts, "cuda/cached_output.py", CUDA_TASK)
-    assert r.outcome == "integrity_failure", describe(r)
-    assert {"faster_than_memory_bound", "result_cache"} & names(r, "fail"), describe(r)
+    if r.outcome == "integrity_failure":
+        assert {"faster_than_memory_bound", "result_cache"} & names(r, "fail"), describe(r)
+    else:
+        honest = evaluate(gpu_opts, "cuda/honest.py", CUDA_TASK)
+        assert r.outcome == "ok" and r.timing is not None and honest.timing is not None, describe(r)
+        assert r.timing.candidate.median_ms > 0.8 * honest.timing.candidate.median_ms, describe(r)
 
 
 GEMM_TASK = ADV / "cuda" / "gemm_task.py"

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..results import Finding
-from .harness import EXT_RANGE
+from .harness import EXT_RANGE, custom_launches
 
 # ------------------------------------------------------------------ pytorch_fallback
 
@@ -117,7 +117,7 @@ def fallback_finding(run_reference: Callable[[], Any], run_candidate: Callable[[
     forward of each, with the extension functions' calls as the candidate's own code."""
     from torch.profiler import ProfilerActivity, profile
 
-    if not any(k["custom"] for k in kernels) and not any(v > 0 for v in recorder.calls.values()):
+    if not any(k["custom"] for k in kernels) and not any(v > 0 for v in custom_launches(recorder).values()):
         return None  # no custom code ran: that is no_custom_kernel
     if device.type == "cuda":
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -211,6 +211,7 @@ class TimedOutputCheck:
         self.trials = 0
         self.index = 0
         self.expected: list[Any] | None = None
+        self.reference_aliases = False  # the reference itself returns memory of its inputs or parameters
         self.checked: list[int] = []
         self.failures: list[dict[str, Any]] = []
         self.aliased: list[int] = []
@@ -235,6 +236,7 @@ class TimedOutputCheck:
                 self.expected = _flat(self.reference_model(*inputs))
         finally:
             self.timing_numerics()
+        self.reference_aliases = bool(_storages(self.expected) & (_storages(inputs) | self.protected))
         del inputs
 
     def after(self, name: str, out: Any) -> None:
@@ -266,7 +268,7 @@ class TimedOutputCheck:
                     break
         if reason:
             self.failures.append({"call": index, "reason": reason})
-        if _storages(got) & self.protected:  # the timed inputs, the reference model's parameters and buffers
+        if _storages(got) & self.protected and not self.reference_aliases:  # timed inputs, reference parameters
             self.aliased.append(index)
         del expected, got
 
@@ -463,7 +465,8 @@ def shape_findings(task: Any, source: str, path: str, init: list[Any], model: An
         new_init = list(variant.get_init_inputs())
         inputs = inputs_for(variant)
         ref_model = model
-        if new_init != list(init):
+        rebuild = not _same_values(new_init, list(init))
+        if rebuild:
             torch.manual_seed(seed)
             ref_model = prepare(variant.Model(*new_init))
         expected = _flat(run_reference(ref_model, [x.clone() if hasattr(x, "clone") else x for x in inputs]))
@@ -471,7 +474,7 @@ def shape_findings(task: Any, source: str, path: str, init: list[Any], model: An
         return [_skipped(f"the reference fails at {described}: {type(exc).__name__}: {str(exc)[:160]}", changed)]
     cand = model_new
     try:
-        if new_init != list(init):
+        if rebuild:
             torch.manual_seed(seed)
             cand = prepare(candidate_cls(*new_init))
             copy_parameters(ref_model, cand)
@@ -485,6 +488,22 @@ def shape_findings(task: Any, source: str, path: str, init: list[Any], model: An
     return [Finding("shape_specialized", "warn", f"at {described} the candidate is wrong or fails ({reason}); "
                     "the reference works there: the kernel may be specialized to the task's sizes",
                     {"changed": changed, "reason": reason})]
+
+
+def _same_values(a: list[Any], b: list[Any]) -> bool:
+    """Equal init arguments (tensors compared by value; anything incomparable counts as changed)."""
+    import torch
+
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        try:
+            same = torch.equal(x, y) if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) else bool(x == y)
+        except Exception:
+            same = False
+        if not same:
+            return False
+    return True
 
 
 def _skipped(why: str, changed: Mapping[str, Any]) -> Finding:
