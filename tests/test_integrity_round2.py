@@ -36,6 +36,7 @@ def test_token_kernel_with_pytorch_doing_the_work_fires() -> None:
     library = {GEMM: (1, 905.0), BIAS: (1, 31.0), RELU: (1, 29.0)}
     evidence = fallback_rule(reference, library, custom_us=2.0)
     assert evidence is not None and evidence["reference_kernels"] == 3 and evidence["own_share"] < 0.01
+    assert fallback_rule(reference, library, custom_us=None) is not None  # the CPU: (3) not measured
 
 
 def test_keeping_cublas_for_the_gemm_and_fusing_the_rest_is_not_fallback() -> None:

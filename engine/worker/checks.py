@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import math
 import random
 import re
 from collections.abc import Callable, Mapping
@@ -31,38 +32,40 @@ from .harness import EXT_RANGE, custom_launches
 
 # ------------------------------------------------------------------ pytorch_fallback
 
-COMPARABLE_TIME = 0.5  # the candidate's time in the reference's kernels, as a fraction of the reference's time
+COMPARABLE_WORK = 0.5  # the candidate's work in the reference's kernels, as a fraction of the reference's
 SMALL_SHARE = 0.5  # the candidate's own kernels' share of its time below which they "take a small share"
-CPU_REPEATS = 3  # profiled forward calls per side on the CPU
 
 
 def fallback_rule(reference: Mapping[str, tuple[int, float]], library: Mapping[str, tuple[int, float]],
-                  custom_us: float) -> dict[str, Any] | None:
-    """The `pytorch_fallback` rule on per-name (launches, time µs) of the reference's kernels and of the
+                  custom_us: float | None) -> dict[str, Any] | None:
+    """The `pytorch_fallback` rule on per-name (launches, work) of the reference's kernels and of the
     candidate's non-custom kernels, and the time in the candidate's own kernels. Evidence when it fires.
+    Work is device µs on CUDA and input elements on the CPU (see _cpu_op_totals).
 
     It fires when (1) every kernel name the reference launches is launched by the candidate as a
-    PyTorch/library kernel at least as many times, (2) the candidate's time in those kernels is at least
-    COMPARABLE_TIME of the reference's total, and (3) its own kernels take less than SMALL_SHARE of its
+    PyTorch/library kernel at least as many times, (2) the candidate's work in those kernels is at least
+    COMPARABLE_WORK of the reference's total, and (3) its own kernels take less than SMALL_SHARE of its
     time. A candidate that replaced any one of the reference's kernels with its own (e.g. keeps cuBLAS
-    for the GEMM and fuses the epilogue) fails (1) and is not flagged.
+    for the GEMM and fuses the epilogue) fails (1) and is not flagged. `custom_us=None` (the CPU, where
+    the time of a tiny extension call is mostly call overhead) leaves (3) out.
     """
     if not reference:
         return None
-    ref_total = sum(us for _, us in reference.values())
+    ref_total = sum(work for _, work in reference.values())
     missing = [n for n, (count, _) in reference.items() if library.get(n, (0, 0.0))[0] < count]
     if missing:
         return None
-    covered_us = sum(library[n][1] for n in reference)
-    lib_total = sum(us for _, us in library.values())
-    own_share = custom_us / (custom_us + lib_total) if custom_us + lib_total > 0 else 0.0
-    if ref_total > 0 and covered_us < COMPARABLE_TIME * ref_total:
+    covered = sum(library[n][1] for n in reference)
+    lib_total = sum(work for _, work in library.values())
+    if ref_total > 0 and covered < COMPARABLE_WORK * ref_total:
         return None
-    if own_share >= SMALL_SHARE:
-        return None
-    return {"reference_kernels": len(reference), "covered_us": round(covered_us, 3),
-            "reference_us": round(ref_total, 3), "own_share": round(own_share, 4),
-            "kernels": sorted(reference)[:10]}
+    own_share = None
+    if custom_us is not None:
+        own_share = custom_us / (custom_us + lib_total) if custom_us + lib_total > 0 else 0.0
+        if own_share >= SMALL_SHARE:
+            return None
+    return {"reference_kernels": len(reference), "covered": round(covered, 3), "reference_total": round(ref_total, 3),
+            "own_share": round(own_share, 4) if own_share is not None else None, "kernels": sorted(reference)[:10]}
 
 
 def _cuda_kernel_totals(prof: Any) -> dict[str, tuple[int, float]]:
@@ -82,76 +85,77 @@ def _cuda_kernel_totals(prof: Any) -> dict[str, tuple[int, float]]:
     return totals
 
 
+def _inside_extension(evt: Any) -> bool:
+    parent = evt.cpu_parent
+    while parent is not None:
+        if parent.name.startswith(EXT_RANGE):
+            return True
+        parent = parent.cpu_parent
+    return False
+
+
 def _cpu_op_totals(prof: Any) -> tuple[dict[str, tuple[int, float]], float]:
-    """(name -> (calls, self CPU µs) of aten ops outside extension-function calls, µs inside those calls)."""
+    """(name -> (calls, input elements) of the aten ops outside extension-function calls, µs inside those
+    calls). Elements, not time: CPU times of small ops are mostly overhead and thread wake-ups (they vary
+    8x from call to call), while the sizes an op reads say deterministically whether it did the work."""
     ops: dict[str, tuple[int, float]] = {}
     custom_us = 0.0
     for evt in prof.events():
         name = evt.name
         if name.startswith(EXT_RANGE):
-            parent = evt.cpu_parent
-            nested = False
-            while parent is not None:
-                nested = nested or parent.name.startswith(EXT_RANGE)
-                parent = parent.cpu_parent
-            if not nested:
+            if not _inside_extension(evt):
                 custom_us += float(evt.cpu_time_total)
             continue
-        if not name.startswith("aten::"):
+        if not name.startswith("aten::") or _inside_extension(evt):
             continue
-        parent, inside = evt.cpu_parent, False
-        while parent is not None and not inside:
-            inside = parent.name.startswith(EXT_RANGE)
-            parent = parent.cpu_parent
-        if inside:
-            continue
-        count, us = ops.get(name, (0, 0.0))
-        ops[name] = (count + 1, us + float(evt.self_cpu_time_total))
+        elements = sum(math.prod(shape) for shape in (evt.input_shapes or []) if isinstance(shape, list) and shape
+                       and all(isinstance(d, int) for d in shape))
+        count, work = ops.get(name, (0, 0.0))
+        ops[name] = (count + 1, work + float(elements))
     return ops, custom_us
 
 
 def fallback_finding(run_reference: Callable[[], Any], run_candidate: Callable[[], Any], device: Any,
                      kernels: list[dict[str, Any]], recorder: Any) -> Finding | None:
     """`pytorch_fallback` from what ran: on CUDA the kernels of one profiled reference forward against the
-    candidate's kernel list (already profiled by check_custom_code); on the CPU aten ops of one profiled
-    forward of each, with the extension functions' calls as the candidate's own code."""
+    candidate's kernel list (already profiled by check_custom_code); on the CPU the aten ops of one
+    profiled forward of each, with the extension functions' calls as the candidate's own code."""
     from torch.profiler import ProfilerActivity, profile
 
     if not any(k["custom"] for k in kernels) and not any(v > 0 for v in custom_launches(recorder).values()):
         return None  # no custom code ran: that is no_custom_kernel
+    extension_us = None
     if device.type == "cuda":
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             run_reference()
         reference = _cuda_kernel_totals(prof)
         library = {k["name"]: (int(k["count"]), float(k["device_time_us"])) for k in kernels if not k["custom"]}
-        custom_us = sum(float(k["device_time_us"]) for k in kernels if k["custom"])
-        where = "kernels"
+        custom_us: float | None = sum(float(k["device_time_us"]) for k in kernels if k["custom"])
+        where, unit = "kernels", "device_us"
     else:
-        # CPU op times are µs: a warm-up session first (the profiler's own first-use cost), then the same
-        # number of calls of each side in one session.
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            run_reference()
+        reference, _ = _cpu_op_totals(prof)
         recorder.label_calls = True
         try:
-            with profile(activities=[ProfilerActivity.CPU]):
-                run_reference()
+            with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
                 run_candidate()
-            with profile(activities=[ProfilerActivity.CPU]) as prof:
-                for _ in range(CPU_REPEATS):
-                    run_reference()
-            reference, _ = _cpu_op_totals(prof)
-            with profile(activities=[ProfilerActivity.CPU]) as prof:
-                for _ in range(CPU_REPEATS):
-                    run_candidate()
         finally:
             recorder.label_calls = False
-        library, custom_us = _cpu_op_totals(prof)
-        where = "aten ops"
+        library, extension_us = _cpu_op_totals(prof)
+        custom_us = None  # mostly call overhead for tiny calls: not a measure of the work (see fallback_rule)
+        where, unit = "aten ops", "input_elements"
     evidence = fallback_rule(reference, library, custom_us)
     if evidence is None:
         return None
+    evidence.update(measured=where, unit=unit)
+    if extension_us is not None:
+        evidence["extension_us"] = round(extension_us, 3)
+    share = f" ({evidence['own_share']:.0%} of its time)" if evidence["own_share"] is not None else ""
     return Finding("pytorch_fallback", "fail",
-                   f"the candidate's own code ran ({evidence['own_share']:.0%} of its time) but PyTorch's {where} "
-                   f"cover all {evidence['reference_kernels']} of the reference's, at least as often and at "
-                   "comparable time: PyTorch does the work", {**evidence, "measured": where})
+                   f"the candidate's own code ran{share} but PyTorch's {where} cover all "
+                   f"{evidence['reference_kernels']} of the reference's, at least as often and with comparable work: "
+                   "PyTorch does the work", evidence)
 
 
 # ------------------------------------------------------------------ timed outputs

