@@ -114,9 +114,14 @@ def test_timer_patch_names_the_replaced_function(cpu_options, honest: EvalResult
 
 
 def test_policy_can_turn_a_finding_off(cpu_options, honest: EvalResult) -> None:
+    """steals_reference.py calls the reference it found through gc: besides the source check, the run-time
+    pytorch_fallback check sees PyTorch run every op of the reference. Both off: accepted."""
     opts = replace(cpu_options, integrity_policy={"harness_introspection": "off"})
     r = evaluate(opts, "steals_reference.py")
-    assert r.accepted and "harness_introspection" not in names(r), describe(r)
+    assert names(r, "fail") == {"pytorch_fallback"} and "harness_introspection" not in names(r), describe(r)
+    opts = replace(cpu_options, integrity_policy={"harness_introspection": "off", "pytorch_fallback": "off"})
+    r = evaluate(opts, "steals_reference.py")
+    assert r.accepted and not {"harness_introspection", "pytorch_fallback"} & names(r), describe(r)
 
 
 def test_forged_result_is_not_accepted(cpu_options, honest: EvalResult) -> None:
