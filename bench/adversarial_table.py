@@ -3,7 +3,7 @@ table "candidate | hack | expected | got" (markdown) for bench/RESULTS.md, last.
 
 Usage: python bench/adversarial_table.py [--json OUT.json] [--parallel N]
 Builds and worker start-up overlap (up to --parallel evaluations); GPU phases are serialized by the
-per-GPU lock. About 1.5-2.5 min on an H200 (13 evaluations, NVRTC only, no nvcc builds).
+per-GPU lock. About 1.5-2.5 min on an H200 (12 evaluations, NVRTC only, no nvcc builds).
 Exit code 0 when every candidate got its expected outcome and findings, else 1.
 """
 
