@@ -27,6 +27,8 @@ from typing import Any
 
 from .results import Finding, Severity
 
+SPARSE_ROUNDS = 3  # sparse same-memory probes of check_cache_reuse, each with its own random mask
+
 __all__ = ["SEVERITY", "MESSAGES", "check_cache_reuse", "check_constant_output", "source_findings"]
 
 # Severity each static finding is raised with; `[integrity] policy` may override per name.
@@ -791,7 +793,8 @@ def check_cache_reuse(
     2. same_memory: draw B written into A's tensors through `.data` (same pointers, same shapes, version
        counters unchanged), so a cache keyed on data_ptr/id/storage/_version returns A's result.
     3. same_memory_sparse: A's values with ~1/16 of the floating-point elements replaced from another
-       draw, in the same memory: defeats caches that validate a few sampled elements.
+       draw, in the same memory: defeats caches that validate a few sampled elements (up to
+       SPARSE_ROUNDS times, each with a new mask, while the candidate stays right).
     4. new_memory: a fresh draw in new tensors: defeats caches keyed on shape.
 
     A wrong probe whose output equals the previous call's output exactly, while the reference's outputs
@@ -843,10 +846,16 @@ def check_cache_reuse(
             for w, v in zip(work, b, strict=True):
                 if isinstance(w, torch.Tensor):
                     w.data.copy_(v)  # through .data: same memory, version counter untouched
-        if probe("same_memory", b, work, "fail"):
-            d = make_inputs(seed + 2)
-            mixed = clone(b)
-            gen = torch.Generator(device="cpu").manual_seed(seed)
+        ok = probe("same_memory", b, work, "fail")
+        current = b
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        # Up to SPARSE_ROUNDS sparse changes with independent masks: a cache validated by k sampled
+        # elements survives one with probability (1 - sparse_fraction)^k, all of them with its cube.
+        for round_ in range(SPARSE_ROUNDS):
+            if not ok:
+                break
+            d = make_inputs(seed + 2 + round_)
+            mixed = clone(current)
             changed = False
             for i, (m, v) in enumerate(zip(mixed, d, strict=True)):
                 if isinstance(m, torch.Tensor) and m.is_floating_point() and m.numel() > 0:
@@ -854,12 +863,15 @@ def check_cache_reuse(
                     mask.view(-1)[int(torch.randint(m.numel(), (1,), generator=gen))] = True
                     mixed[i] = torch.where(mask, v, m)
                     changed = True
-            if changed:
-                with torch.no_grad():
-                    for w, v in zip(work, mixed, strict=True):
-                        if isinstance(w, torch.Tensor):
-                            w.data.copy_(v)
-                probe("same_memory_sparse", mixed, work, "warn")
+            del d
+            if not changed:
+                break
+            with torch.no_grad():
+                for w, v in zip(work, mixed, strict=True):
+                    if isinstance(w, torch.Tensor):
+                        w.data.copy_(v)
+            ok = probe("same_memory_sparse", mixed, work, "warn")
+            current = mixed
     fresh = make_inputs(seed + 2)
     probe("new_memory", fresh, clone(fresh), "fail")
     if constant is None:

@@ -232,9 +232,10 @@ def test_gpu_kernel_compiled_but_never_launched(gpu_opts) -> None:
 
 @pytest.mark.gpu
 def test_gpu_cached_output_is_caught_or_earns_nothing(gpu_opts) -> None:
-    """The cache-reuse probe catches it when its sparse mix changes the one sampled element (15 draws in
-    16); otherwise the timed calls, which rotate two input draws, miss its one-entry cache on every
-    call, so it is timed doing the work (no gain over the honest kernel)."""
+    """The cache-reuse probe catches it when one of its sparse mixes leaves the one sampled element
+    unchanged (all but about 1 in 4000 runs); otherwise the timed calls, which rotate two input draws,
+    miss its one-entry cache on every call, so it is timed doing the work (no gain over the honest
+    kernel)."""
     r = evaluate(gpu_opts, "cuda/cached_output.py", CUDA_TASK)
     if r.outcome == "integrity_failure":
         assert {"faster_than_memory_bound", "result_cache"} & names(r, "fail"), describe(r)
