@@ -37,7 +37,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "gpu": Key(0, int, minimum=0, doc="CUDA device index"),
         "precision": Key("fp32", str, ("fp32", "fp16", "bf16"), doc="dtype of the task's float inputs"),
         "trials": Key(5, int, minimum=1, doc="correctness trials, a fresh seeded input draw each"),
-        "seed": Key(42, int, doc="base seed; trial i uses seed + i"),
+        "seed": Key(None, int, optional=True,
+                    doc="base seed (trial i uses seed + i); unset: a random one per evaluation, recorded in the "
+                        "result; set it to reproduce a run"),
         "atol": Key(None, float, minimum=0, optional=True, doc="absolute tolerance (default by dtype)"),
         "rtol": Key(None, float, minimum=0, optional=True, doc="relative tolerance (default by dtype)"),
         "second_distribution": Key(True, bool, doc="also check on a shifted, scaled input draw"),

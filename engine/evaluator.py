@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -18,7 +19,7 @@ from typing import Any
 from . import result_cache
 from .candidate import Candidate
 from .config import Config
-from .gpu_lock import gpu_lock_path, other_gpu_processes
+from .gpu_lock import foreign_gpu_processes, gpu_lock_path
 from .results import NO_SPEED_CLAIM, EvalResult, Finding, WorkerExit, from_dict
 from .sandbox import ProcessOutcome, live_sandbox_pids, run_sandboxed, tail, wait_sandboxed
 from .spare import DEFAULT_IDLE_S, Spare, start_spare
@@ -27,7 +28,7 @@ from .task import Task
 PHASE_GROUPS = {
     "gpu_wait_s": ("gpu_wait",),
     "load_s": ("start", "load_task", "build", "init"),
-    "correctness_s": ("correctness", "kernels"),
+    "correctness_s": ("correctness", "kernels", "shapes"),
     "timing_s": ("timing", "compile_baseline"),
     "profile_s": ("profile",),
 }
@@ -47,7 +48,7 @@ class EvalOptions:
     gpu: int = 0
     precision: str = "fp32"
     trials: int = 5
-    seed: int = 42
+    seed: int | None = None  # None: a random base seed per evaluation (recorded in EvalResult.seeds)
     atol: float | None = None
     rtol: float | None = None
     second_distribution: bool = True
@@ -90,8 +91,9 @@ class EvalOptions:
 
 
 # Default severities of findings; `[integrity] policy` overrides per name.
-DEFAULT_POLICY = {"precision_downgrade": "warn", "pytorch_time_share": "warn", "weak_task_check": "warn",
-                  "gpu_shared": "warn"}
+DEFAULT_POLICY = {"precision_downgrade": "warn", "weak_task_check": "warn", "gpu_shared": "warn",
+                  "pytorch_fallback": "fail", "timing_output_mismatch": "fail", "shape_specialized": "warn",
+                  "result_forgery": "fail"}
 
 
 def apply_policy(findings: tuple[Finding, ...], policy: Mapping[str, str]) -> tuple[Finding, ...]:
@@ -113,6 +115,28 @@ def triton_env(cache: Path, device: str) -> dict[str, str]:
     env = {"TRITON_CACHE_DIR": str(cache / "triton"), "TRITON_CACHE_AUTOTUNING": "1"}
     env["TRITON_INTERPRET"] = "1" if device == "cpu" else "0"
     return env
+
+
+# What every real evaluation that ends "ok" records (engine/worker/evaluate.py); a result without it
+# was written by someone else: the candidate, through the worker's result file.
+_OK_RECORDS = ("correctness", "timing", "kernels", "seeds", "versions")
+_OK_PHASES = ("load_task", "build", "correctness", "kernels", "timing")
+
+
+def forgery_finding(raw: Mapping[str, Any]) -> Finding | None:
+    """`result_forgery` when the worker's result claims "ok" but lacks what the worker always records."""
+    if raw.get("outcome") != "ok":
+        return None
+    missing = [k for k in _OK_RECORDS if raw.get(k) is None]
+    corr = raw.get("correctness") if isinstance(raw.get("correctness"), Mapping) else {}
+    if not corr.get("passed") or not corr.get("trial_results"):
+        missing.append("passed correctness trials")
+    phases = raw.get("phases") if isinstance(raw.get("phases"), Mapping) else {}
+    missing += [f"phase {p}" for p in _OK_PHASES if p not in phases]
+    if not missing:
+        return None
+    return Finding("result_forgery", "fail", "the worker's result file says ok but lacks what every evaluation "
+                   f"records ({', '.join(missing[:4])}): it was not written by the worker", {"missing": missing})
 
 
 class Evaluator:
@@ -220,7 +244,7 @@ class Evaluator:
             "gpu": o.gpu,
             "precision": o.precision,
             "trials": o.trials,
-            "seed": o.seed,
+            "seed": o.seed if o.seed is not None else secrets.randbelow(1 << 30),
             "atol": o.atol,
             "rtol": o.rtol,
             "second_distribution": o.second_distribution,
@@ -312,11 +336,13 @@ class Evaluator:
         """Other processes on the GPU (not our own sandboxed workers and spares) make timings suspect."""
         if self.options.device != "cuda":
             return []
-        others = await asyncio.to_thread(other_gpu_processes, self.options.gpu, live_sandbox_pids())
+        others = await asyncio.to_thread(foreign_gpu_processes, self.options.gpu, live_sandbox_pids())
         if not others:
             return []
-        return [Finding("gpu_shared", "warn", f"{len(others)} other process(es) use GPU {self.options.gpu}; "
-                        "timings may be disturbed", {"pids": others})]
+        named = "; ".join(f"pid {p['pid']} {p['command'] or '?'} ({p['memory_mib']} MiB)" for p in others[:5])
+        return [Finding("gpu_shared", "warn", f"{len(others)} other process(es) use GPU {self.options.gpu}, none of "
+                        f"them cudaforge's: {named}; timings may be disturbed",
+                        {"pids": [p["pid"] for p in others], "processes": others})]
 
     def assemble(self, task: Task, candidate: Candidate, workdir: Path, outcome: ProcessOutcome, out_path: Path,
                  err_path: Path, warnings: list[Finding]) -> EvalResult:
@@ -355,6 +381,9 @@ class Evaluator:
         have = {f.name for f in result.findings}
         static = tuple(f for f in source_findings(candidate.source, task.source, precision=self.options.precision)
                        if f.name not in have)
+        forged = forgery_finding(raw)
+        if forged is not None:
+            static = (*static, forged)
         findings = apply_policy(tuple(warnings) + result.findings + static, self.options.integrity_policy)
         outcome_name = result.outcome
         message = result.message

@@ -45,3 +45,57 @@ def other_gpu_processes(gpu: int, exclude: Iterable[int] = ()) -> list[int]:
             pids.append(int(line.strip()))
     skip = {os.getpid(), *exclude}
     return [p for p in pids if p not in skip]
+
+
+def parse_compute_apps(text: str) -> list[dict[str, object]]:
+    """Rows of `nvidia-smi --query-compute-apps=pid,used_memory,process_name --format=csv,noheader,nounits`."""
+    rows: list[dict[str, object]] = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",", 2)]
+        if len(parts) < 2 or not parts[0].isdigit():
+            continue
+        memory = int(parts[1]) if parts[1].isdigit() else None
+        rows.append({"pid": int(parts[0]), "memory_mib": memory, "name": parts[2] if len(parts) > 2 else ""})
+    return rows
+
+
+def is_cudaforge_process(pid: int) -> bool:
+    """Whether `pid` is one of this user's cudaforge workers or spares: every sandboxed process carries
+    the sandbox marker variable (sandbox.MARKER_VAR) in its environment, which only its own user can read."""
+    from .sandbox import MARKER_VAR
+
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return any(item.startswith(MARKER_VAR.encode() + b"=") for item in environ.split(b"\0"))
+
+
+def process_command(pid: int, limit: int = 120) -> str:
+    """The command line of `pid` (shortened), or "" when it cannot be read."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()[:limit]
+
+
+def foreign_gpu_processes(gpu: int, exclude: Iterable[int] = ()) -> list[dict[str, object]]:
+    """Compute processes on `gpu` that are not ours: not this process, not `exclude`, and not a cudaforge
+    worker or spare of this user (another session's, say); each with pid, command and memory (MiB)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    try:
+        out = subprocess.run([exe, "--query-compute-apps=pid,used_memory,process_name", "--format=csv,noheader,nounits",
+                              "-i", str(gpu)], capture_output=True, text=True, timeout=5, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    skip = {os.getpid(), *exclude}
+    others = []
+    for row in parse_compute_apps(out):
+        pid = int(row["pid"])  # type: ignore[call-overload]
+        if pid in skip or is_cudaforge_process(pid):
+            continue
+        others.append({"pid": pid, "command": process_command(pid) or str(row["name"]), "memory_mib": row["memory_mib"]})
+    return others

@@ -27,6 +27,8 @@ from typing import Any
 
 from .results import Finding, Severity
 
+SPARSE_ROUNDS = 3  # sparse same-memory probes of check_cache_reuse, each with its own random mask
+
 __all__ = ["SEVERITY", "MESSAGES", "check_cache_reuse", "check_constant_output", "source_findings"]
 
 # Severity each static finding is raised with; `[integrity] policy` may override per name.
@@ -50,7 +52,7 @@ MESSAGES: dict[str, str] = {
     "side_stream": "the candidate creates or uses a non-default CUDA stream (the timing check decides whether "
                    "work escapes the timed stream)",
     "harness_patching": "the candidate assigns to attributes of modules the harness relies on "
-                        "(timers, torch, builtins, sys.modules)",
+                        "(timers, torch, builtins, sys.modules) or writes into Python objects through ctypes",
     "harness_introspection": "the candidate inspects the caller's frames or the garbage collector's objects, "
                              "which can reach the reference model or its outputs",
     "tensor_subclass": "the candidate defines tensor subclasses or torch function/dispatch overrides",
@@ -403,6 +405,12 @@ def _check_patching(tree: ast.Module, aliases: _Aliases, c: _Collector) -> None:
                 if aliases.is_imported(node.args[0]) and target.split(".")[0] in _PATCH_ROOTS \
                         and not target.startswith(_PATCH_ALLOWED):
                     c.add("harness_patching", node.lineno, f"{path}({target}, ...)")
+            elif path.startswith("ctypes.pythonapi") or (
+                    (path in ("ctypes.memmove", "ctypes.memset") or
+                     isinstance(node.func, ast.Attribute) and node.func.attr == "from_address")
+                    and any(isinstance(s, ast.Call) and isinstance(s.func, ast.Name) and s.func.id == "id"
+                            for a in node.args for s in ast.walk(a))):
+                c.add("harness_patching", node.lineno, f"{path or '...from_address'}(...): writes into Python objects")
             elif path in ("sys.modules.update", "sys.modules.__setitem__", "sys.modules.setdefault",
                           "sys.settrace", "sys.setprofile", "threading.settrace", "threading.setprofile",
                           "sys.addaudithook", "builtins.__dict__.update") or \
@@ -785,7 +793,8 @@ def check_cache_reuse(
     2. same_memory: draw B written into A's tensors through `.data` (same pointers, same shapes, version
        counters unchanged), so a cache keyed on data_ptr/id/storage/_version returns A's result.
     3. same_memory_sparse: A's values with ~1/16 of the floating-point elements replaced from another
-       draw, in the same memory: defeats caches that validate a few sampled elements.
+       draw, in the same memory: defeats caches that validate a few sampled elements (up to
+       SPARSE_ROUNDS times, each with a new mask, while the candidate stays right).
     4. new_memory: a fresh draw in new tensors: defeats caches keyed on shape.
 
     A wrong probe whose output equals the previous call's output exactly, while the reference's outputs
@@ -837,10 +846,16 @@ def check_cache_reuse(
             for w, v in zip(work, b, strict=True):
                 if isinstance(w, torch.Tensor):
                     w.data.copy_(v)  # through .data: same memory, version counter untouched
-        if probe("same_memory", b, work, "fail"):
-            d = make_inputs(seed + 2)
-            mixed = clone(b)
-            gen = torch.Generator(device="cpu").manual_seed(seed)
+        ok = probe("same_memory", b, work, "fail")
+        current = b
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        # Up to SPARSE_ROUNDS sparse changes with independent masks: a cache validated by k sampled
+        # elements survives one with probability (1 - sparse_fraction)^k, all of them with its cube.
+        for round_ in range(SPARSE_ROUNDS):
+            if not ok:
+                break
+            d = make_inputs(seed + 2 + round_)
+            mixed = clone(current)
             changed = False
             for i, (m, v) in enumerate(zip(mixed, d, strict=True)):
                 if isinstance(m, torch.Tensor) and m.is_floating_point() and m.numel() > 0:
@@ -848,12 +863,15 @@ def check_cache_reuse(
                     mask.view(-1)[int(torch.randint(m.numel(), (1,), generator=gen))] = True
                     mixed[i] = torch.where(mask, v, m)
                     changed = True
-            if changed:
-                with torch.no_grad():
-                    for w, v in zip(work, mixed, strict=True):
-                        if isinstance(w, torch.Tensor):
-                            w.data.copy_(v)
-                probe("same_memory_sparse", mixed, work, "warn")
+            del d
+            if not changed:
+                break
+            with torch.no_grad():
+                for w, v in zip(work, mixed, strict=True):
+                    if isinstance(w, torch.Tensor):
+                        w.data.copy_(v)
+            ok = probe("same_memory_sparse", mixed, work, "warn")
+            current = mixed
     fresh = make_inputs(seed + 2)
     probe("new_memory", fresh, clone(fresh), "fail")
     if constant is None:

@@ -11,6 +11,10 @@ task errors, unavailable devices and integrity failures are not (they can depend
 timing noise or on the machine's state, and a re-run is the user's way to check them). A result that
 carries a `gpu_shared` finding is never stored either: other processes were on the GPU, so its
 timings may be disturbed. Profiles are stored only when ncu succeeded.
+
+Seeds: a random base seed (the default, `[eval] seed` unset) is part of the key as `None`, so an
+identical candidate reuses a result measured on another random draw (one it could not predict
+either); a fixed seed is keyed by its value, so reproducing a run never gets a random draw's result.
 """
 
 from __future__ import annotations
@@ -40,8 +44,8 @@ KEY_VERSION = 1
 EVAL_RELEVANT = ("device", "precision", "trials", "seed", "atol", "rtol", "second_distribution", "timing",
                  "integrity_policy", "speed_of_light_margin", "peak_bandwidth_gbs")
 _ENGINE = Path(__file__).resolve().parent
-_CODE_FILES = ("worker/harness.py", "worker/evaluate.py", "worker/compare.py", "integrity.py", "results.py",
-               "nvrtc.py", "evaluator.py", "worker/triton_support.py")
+_CODE_FILES = ("worker/harness.py", "worker/evaluate.py", "worker/compare.py", "worker/checks.py", "integrity.py",
+               "results.py", "nvrtc.py", "evaluator.py", "worker/triton_support.py")
 
 
 def _canonical(value: Any) -> Any:

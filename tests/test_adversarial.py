@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from adversarial_kit import ADV, TASK, TINY_TASK, describe, evaluate, names, source_findings_of
@@ -38,6 +39,14 @@ CASES: dict[str, tuple[str, str, set[str], set[str]]] = {
     "clamped.py": ("task", "wrong_result", set(), set()),
     "constant_tiny.py": ("tiny", "integrity_failure", {"constant_output"}, {"weak_task_check"}),
     "steals_reference.py": ("task", "integrity_failure", {"harness_introspection"}, set()),
+    # a token call of its own op, then PyTorch runs every aten op of the reference: pytorch_fallback
+    "token_kernel.py": ("task", "integrity_failure", {"pytorch_fallback"}, set()),
+    # right during the correctness calls, wrong once timed: the timed outputs are checked
+    "stale_when_timed.py": ("task", "integrity_failure", {"timing_output_mismatch"}, set()),
+    # returns at once and a thread writes the output 50 ms later (hidden from the source check)
+    "lazy_thread.py": ("task", "integrity_failure", {"timing_output_mismatch"}, set()),
+    # perf_counter patched in place through ctypes (same object): the independent clock disagrees
+    "ctypes_clock.py": ("task", "integrity_failure", {"harness_patching", "harness_tampering"}, set()),
 }
 
 
@@ -105,15 +114,81 @@ def test_timer_patch_names_the_replaced_function(cpu_options, honest: EvalResult
 
 
 def test_policy_can_turn_a_finding_off(cpu_options, honest: EvalResult) -> None:
+    """steals_reference.py calls the reference it found through gc: besides the source check, the run-time
+    pytorch_fallback check sees PyTorch run every op of the reference. Both off: accepted."""
     opts = replace(cpu_options, integrity_policy={"harness_introspection": "off"})
     r = evaluate(opts, "steals_reference.py")
-    assert r.accepted and "harness_introspection" not in names(r), describe(r)
+    assert names(r, "fail") == {"pytorch_fallback"} and "harness_introspection" not in names(r), describe(r)
+    opts = replace(cpu_options, integrity_policy={"harness_introspection": "off", "pytorch_fallback": "off"})
+    r = evaluate(opts, "steals_reference.py")
+    assert r.accepted and not {"harness_introspection", "pytorch_fallback"} & names(r), describe(r)
 
 
 def test_forged_result_is_not_accepted(cpu_options, honest: EvalResult) -> None:
     assert source_findings_of("forges_result.py") == {"result_forgery"}
     r = evaluate(cpu_options, "forges_result.py")
     assert not r.accepted and "result_forgery" in names(r, "fail"), describe(r)
+
+
+def test_candidate_keeping_a_library_op_is_not_pytorch_fallback(cpu_options, honest: EvalResult) -> None:
+    """keeps_library.py keeps torch.relu and replaces the reference's mul and add with its own op."""
+    r = evaluate(cpu_options, "keeps_library.py")
+    assert r.outcome == "ok" and r.accepted and names(r) == set(), describe(r)
+
+
+def test_token_kernel_evidence_names_the_covered_ops(cpu_options, honest: EvalResult) -> None:
+    r = evaluate(cpu_options, "token_kernel.py")
+    f = next(f for f in r.findings if f.name == "pytorch_fallback")
+    assert f.evidence["measured"] == "aten ops" and "aten::mul" in f.evidence["kernels"], describe(r)
+    assert f.evidence["unit"] == "input_elements" and f.evidence["covered"] >= f.evidence["reference_total"]
+
+
+def test_ctypes_clock_patch_is_caught_by_the_independent_clock(cpu_options, honest: EvalResult) -> None:
+    r = evaluate(cpu_options, "ctypes_clock.py")
+    f = next(f for f in r.findings if f.name == "harness_tampering")
+    clocks = f.evidence["clocks"]["candidate"]
+    assert clocks["timer_s"] < clocks["monotonic_s"] / 2, describe(r)
+
+
+def test_evasive_forged_result_fails_the_consistency_check(cpu_options, honest: EvalResult) -> None:
+    """No static clue (the spec path comes from /proc/self/cmdline): the result lacks what the worker records."""
+    assert "result_forgery" not in source_findings_of("forges_result_evasive.py")
+    r = evaluate(cpu_options, "forges_result_evasive.py")
+    assert r.outcome == "integrity_failure" and not r.accepted, describe(r)
+    f = next(f for f in r.findings if f.name == "result_forgery")
+    assert "correctness" in f.evidence["missing"]
+
+
+def test_predicted_inputs_miss_with_a_random_seed(cpu_options, honest: EvalResult) -> None:
+    """predicts_inputs.py precomputes outputs for the old fixed seed 42: with a fixed [eval] seed = 42 its
+    task trials pass; with the default (a random base seed per evaluation, recorded) they do not."""
+    r = evaluate(cpu_options, "predicts_inputs.py")
+    assert r.outcome == "wrong_result", describe(r)
+    assert len(r.seeds) == 1 and r.seeds[0] != 42
+    fixed = evaluate(replace(cpu_options, seed=42), "predicts_inputs.py")
+    assert fixed.seeds == (42,)
+    assert fixed.correctness is not None
+    assert all(t.passed for t in fixed.correctness.trial_results if t.distribution == "task"), describe(fixed)
+
+
+def test_content_cache_never_hits_while_timed(cpu_options, honest: EvalResult) -> None:
+    """The timed calls (1 warm-up + 5 timed with these options) rotate two draws; the shape check's call
+    comes last. Every timed call misses the one-entry content cache."""
+    r = evaluate(cpu_options, "content_cache.py")
+    assert r.outcome == "ok", describe(r)
+    calls = [line.split(": ")[1] for line in r.stdout_tail.splitlines() if line.startswith("content-cache:")]
+    timed = calls[-7:-1]
+    assert len(timed) == 6 and set(timed) == {"miss"}, calls
+
+
+def test_shape_specialized_candidate_is_warned_and_policy_can_fail_it(cpu_options, honest: EvalResult) -> None:
+    r = evaluate(cpu_options, "shape_fixed.py")
+    assert r.outcome == "ok" and names(r, "warn") == {"shape_specialized"}, describe(r)
+    f = next(f for f in r.findings if f.name == "shape_specialized")
+    assert f.evidence["changed"] == {"COLS": [256, 129], "ROWS": [64, 63]}
+    assert "COLS=129" in f.message and "ROWS=63" in f.message
+    strict = evaluate(replace(cpu_options, integrity_policy={"shape_specialized": "fail"}), "shape_fixed.py")
+    assert strict.outcome == "integrity_failure" and "shape_specialized" in names(strict, "fail"), describe(strict)
 
 
 # ------------------------------------------------------------------ GPU (NVRTC) variants
@@ -156,14 +231,78 @@ def test_gpu_kernel_compiled_but_never_launched(gpu_opts) -> None:
 
 
 @pytest.mark.gpu
-def test_gpu_cached_output_is_caught(gpu_opts) -> None:
-    """Two checks can catch it: the cache-reuse probe (when its sparse mix leaves the sampled element
-    unchanged, which depends on the draw) and the speed-of-light floor on the timed calls."""
-    if not gpu_opts.peak_bandwidth_gbs:
-        pytest.skip("no GPU profile with a DRAM bandwidth for this card")
+def test_gpu_cached_output_is_caught_or_earns_nothing(gpu_opts) -> None:
+    """The cache-reuse probe catches it when one of its sparse mixes leaves the one sampled element
+    unchanged (all but about 1 in 4000 runs); otherwise the timed calls, which rotate two input draws,
+    miss its one-entry cache on every call, so it is timed doing the work (no gain over the honest
+    kernel)."""
     r = evaluate(gpu_opts, "cuda/cached_output.py", CUDA_TASK)
-    assert r.outcome == "integrity_failure", describe(r)
-    assert {"faster_than_memory_bound", "result_cache"} & names(r, "fail"), describe(r)
+    if r.outcome == "integrity_failure":
+        assert {"faster_than_memory_bound", "result_cache"} & names(r, "fail"), describe(r)
+    else:
+        honest = evaluate(gpu_opts, "cuda/honest.py", CUDA_TASK)
+        assert r.outcome == "ok" and r.timing is not None and honest.timing is not None, describe(r)
+        assert r.timing.candidate.median_ms > 0.8 * honest.timing.candidate.median_ms, describe(r)
+
+
+GEMM_TASK = ADV / "cuda" / "gemm_task.py"
+
+# candidate -> (task, expected outcome, failing findings that must be present, warn findings that must be present)
+GPU_CASES: dict[str, tuple[Path, str, set[str], set[str]]] = {
+    "cuda/token_kernel.py": (CUDA_TASK, "integrity_failure", {"pytorch_fallback"}, set()),
+    "cuda/gemm_token_kernel.py": (GEMM_TASK, "integrity_failure", {"pytorch_fallback"}, set()),
+    "cuda/empty_when_timed.py": (CUDA_TASK, "integrity_failure", {"timing_output_mismatch"}, set()),
+    "cuda/lazy_thread.py": (CUDA_TASK, "integrity_failure", {"timing_output_mismatch"}, set()),
+    "cuda/ctypes_event.py": (CUDA_TASK, "integrity_failure", {"harness_patching", "harness_tampering"}, set()),
+    "cuda/shape_fixed.py": (CUDA_TASK, "ok", set(), {"shape_specialized"}),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(GPU_CASES))
+def test_gpu_hack_gets_its_finding(gpu_opts, name: str) -> None:
+    task, outcome, fails, warns = GPU_CASES[name]
+    r = evaluate(gpu_opts, name, task)
+    assert r.outcome == outcome, describe(r)
+    assert fails <= names(r, "fail") and warns <= names(r, "warn"), describe(r)
+
+
+@pytest.mark.gpu
+def test_gpu_candidate_keeping_cublas_for_the_gemm_is_accepted(gpu_opts) -> None:
+    r = evaluate(gpu_opts, "cuda/gemm_keeps_cublas.py", GEMM_TASK)
+    assert r.outcome == "ok" and not r.failing_findings(), describe(r)
+    assert any(not k.custom for k in r.kernels) and any(k.custom for k in r.kernels), describe(r)
+
+
+@pytest.mark.gpu
+def test_gpu_spare_of_another_session_is_not_gpu_shared(gpu_opts, tmp_path) -> None:
+    """Another process's cudaforge spare (CUDA context created, waiting for a job) carries the sandbox
+    marker: it is ours, so an evaluation meanwhile has no gpu_shared warning."""
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "other_session.py"
+    script.write_text(
+        "import signal, sys, time\n"
+        "from pathlib import Path\n"
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))  # atexit then kills the spare\n"
+        "from cudaforge.engine.evaluator import EvalOptions, Evaluator\n"
+        f"ev = Evaluator(EvalOptions(device='cuda', gpu={gpu_opts.gpu}, cache_dir=Path({str(tmp_path)!r})))\n"
+        "ev.prewarm()\n"
+        "while ev.spare.ready() is None:\n"
+        "    time.sleep(0.05)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(120)\n")
+    other = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "ready"
+        r = evaluate(gpu_opts, "cuda/honest.py", CUDA_TASK)
+        assert "gpu_shared" not in names(r), describe(r)
+    finally:
+        other.terminate()
+        other.wait(timeout=30)
+        time.sleep(0.5)
 
 
 # ------------------------------------------------------------------ honest examples end to end (slow)

@@ -12,9 +12,11 @@ from typing import Any
 
 from ..integrity import check_cache_reuse, source_findings
 from ..results import Finding, to_dict
+from . import checks as runtime_checks
 from . import triton_support
-from .compare import DEFAULT_TOLERANCE, compare_output, flatten_outputs, would_pass_trivially
+from .compare import DEFAULT_TOLERANCE, compare_output, flatten_outputs
 from .harness import (
+    REAL_CLOCKS,
     BuildRecorder,
     CandidateFailure,
     TaskFailure,
@@ -235,7 +237,7 @@ def correctness(spec: dict[str, Any], task: Any, model: Any, model_new: Any, dev
         plan.append((trials, base_seed + 10_000, "shifted"))
     results: list[TrialCheck] = []
     worst: dict[int, Any] = {}
-    trivially: list[str] = []
+    fixed = runtime_checks.FixedValueProbe(atol, rtol)
     mutated: set[int] = set()
     aliased = False
     subclass_types: set[str] = set()
@@ -274,9 +276,7 @@ def correctness(spec: dict[str, Any], task: Any, model: Any, model_new: Any, dev
         if _storage_ptrs(got) & _storage_ptrs(cand_in) and not (_storage_ptrs(expected) & _storage_ptrs(ref_in)):
             aliased = True
         if dist == "task":
-            kind = would_pass_trivially(expected, atol, rtol)
-            if kind:
-                trivially.append(kind)
+            fixed.add(expected)
         passed = all(c.passed for c in checks)
         results.append(TrialCheck(trial=i, seed=seed, distribution=dist, order=order, passed=passed, outputs=checks))
         for c in checks:
@@ -293,10 +293,9 @@ def correctness(spec: dict[str, Any], task: Any, model: Any, model_new: Any, dev
     if subclass_types:
         findings.append(Finding("tensor_subclass_output", "fail", "outputs are tensor subclasses, which can compute "
                                 "lazily or on comparison", {"types": sorted(subclass_types)}))
-    if trivially and len(trivially) == trials:
-        findings.append(Finding("weak_task_check", "warn", f"a {trivially[0]} tensor would pass this task's "
-                                "correctness check at the configured tolerance; the result proves little",
-                                {"trivial_output": trivially[0], "atol": atol, "rtol": rtol}))
+    weak = fixed.finding(trials)
+    if weak is not None:
+        findings.append(weak)
     passed_trials = sum(r.passed for r in results)
     corr = Correctness(passed=passed_trials == len(results), trials=len(results), trials_passed=passed_trials,
                        atol=atol, rtol=rtol, outputs=tuple(worst[k] for k in sorted(worst)), trial_results=tuple(results))
@@ -358,10 +357,6 @@ def check_custom_code(spec: dict[str, Any], recorder: BuildRecorder, model_new: 
                             "share": round(us / grand, 4), "custom": custom})
         launches = custom_launches(recorder)
         ran_custom = any(k["custom"] for k in kernels) or any(v > 0 for v in launches.values())
-        pytorch_share = sum(k["share"] for k in kernels if not k["custom"])
-        if ran_custom and kernels and pytorch_share > 0.5:
-            findings.append(Finding("pytorch_time_share", "warn", f"{pytorch_share:.0%} of the candidate's GPU time is "
-                                    "in PyTorch/cuBLAS/cuDNN kernels, not its own", {"share": round(pytorch_share, 4)}))
     else:
         _run_candidate(model_new, clone_inputs(inputs), device)
         launches = custom_launches(recorder)
@@ -388,24 +383,29 @@ def timing(spec: dict[str, Any], task: Any, model: Any, model_new: Any, device: 
 
     phase("timing")
     t = spec["timing"]
-    inputs = make_inputs(task, int(spec["seed"]), device, _float_dtype(spec["precision"]))
+    # Two input draws, rotated call by call and shared by both sides (see runtime_checks.Rotation).
+    draws = [make_inputs(task, int(spec["seed"]) + 30_000 + k, device, _float_dtype(spec["precision"])) for k in (0, 1)]
+    inputs = draws[0]
     set_default_numerics(default_numerics)  # the eager baseline is timed with PyTorch's defaults
-    ref_in, cand_in = clone_inputs(inputs), clone_inputs(inputs)
     l2 = 0
     if device.type == "cuda":
         l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20))
     timer = Timer(device, bool(t["l2_flush"]), l2)
-    fns: dict[str, Any] = {
-        "reference": lambda: _call(model, ref_in),
-        "candidate": lambda: _call(model_new, cand_in),
-    }
+    candidate_calls = runtime_checks.Rotation(model_new, draws)
+    fns: dict[str, Any] = {"reference": runtime_checks.Rotation(model, draws), "candidate": candidate_calls}
+    atol, rtol = runtime_checks.timed_tolerance(float(spec["timed_atol"]), float(spec["timed_rtol"]), default_numerics, device)
+    output_check = runtime_checks.TimedOutputCheck(
+        candidate_calls, model, device, atol=atol, rtol=rtol, compare=compare_output,
+        protected=_storage_ptrs([*draws[0], *draws[1], *model.parameters(), *model.buffers()]),
+        sync=REAL_CLOCKS["synchronize"] if device.type == "cuda" else (lambda: None),
+        numerics=(set_reference_numerics, lambda: set_default_numerics(default_numerics)))
     compiled_note = None
     if "compile" in t.get("baselines", []):
         phase("compile_baseline")
         try:
             compiled = torch.compile(model)
             for _ in range(3):
-                _call(compiled, ref_in)
+                _call(compiled, draws[0])
             comp_in = clone_inputs(inputs)
             fns["compile"] = lambda: _call(compiled, comp_in)
         except Exception as exc:
@@ -414,7 +414,8 @@ def timing(spec: dict[str, Any], task: Any, model: Any, model_new: Any, device: 
     try:
         samples = timer.event_times(fns, int(t["warmup"]), int(t["trials"]), warmup_ms=float(t.get("warmup_ms", 0.0)),
                                     min_time_ms=float(t.get("min_time_ms", 0.0)),
-                                    max_trials=int(t["max_trials"]) if t.get("max_trials") else None)
+                                    max_trials=int(t["max_trials"]) if t.get("max_trials") else None,
+                                    hooks=output_check)
         host = timer.host_times({k: fns[k] for k in ("reference", "candidate")}, int(t["host_trials"])) \
             if device.type == "cuda" else None
     except CandidateFailure:
@@ -450,6 +451,8 @@ def timing(spec: dict[str, Any], task: Any, model: Any, model_new: Any, device: 
     timing_result = Timing(reference=ref_s, candidate=cand_s, speedup=speedup, speedup_low=low, speedup_high=high,
                            l2_flush=timer.flush_buffer is not None, warmup=int(t["warmup"]), settings=settings, **kwargs)
     _speed_of_light(spec, inputs, model, cand_s.median_ms, device, findings)
+    findings.extend(output_check.findings())
+    findings.extend(runtime_checks.clock_findings(timer.clock_totals))
     return to_dict(timing_result)
 
 
@@ -492,6 +495,34 @@ def _speed_of_light(spec: dict[str, Any], inputs: list[Any], model: Any, cand_ms
                                 f"{cand_ms * 1e3:.1f} µs is below the {floor_ms * 1e3:.1f} µs needed to move "
                                 f"{nbytes / 1e6:.1f} MB once at {bandwidth:.0f} GB/s",
                                 {"candidate_ms": cand_ms, "floor_ms": floor_ms, "bytes": nbytes, "peak_gbs": bandwidth}))
+
+
+def shape_check(spec: dict[str, Any], task: Any, init: list[Any], model: Any, model_new: Any, device: Any,
+                atol: float, rtol: float) -> list[Finding]:
+    """Correctness once more at a second, smaller set of the task's sizes (runtime_checks.shape_findings)."""
+    phase("shapes")
+    float_dtype = _float_dtype(spec["precision"])
+
+    def prepare(m: Any) -> Any:
+        m = m.to(device)
+        return (m.to(float_dtype) if float_dtype is not None else m).eval()
+
+    def compare(expected: list[Any], got: list[Any]) -> str:
+        if len(got) != len(expected):
+            return f"{len(got)} outputs instead of {len(expected)}"
+        for k, (e, g) in enumerate(zip(expected, got, strict=True)):
+            c = compare_output(k, e, g, atol, rtol)
+            if not c.passed:
+                return f"output {k}: {c.reason}"
+        return ""
+
+    seed = int(spec["seed"]) + 40_000
+    return runtime_checks.shape_findings(
+        task, Path(spec["task_path"]).read_text(encoding="utf-8"), spec["task_path"], init, model, model_new,
+        type(model_new), prepare=prepare, inputs_for=lambda module: make_inputs(module, seed, device, float_dtype),
+        run_reference=lambda m, inp: _run_reference(m, inp, device),
+        run_candidate=lambda m, inp: _run_candidate(m, inp, device), compare=compare,
+        copy_parameters=copy_parameters, seed=seed)
 
 
 def static_findings(task: Any, module_new: Any, findings: list[Finding]) -> None:
@@ -540,6 +571,7 @@ def evaluate(spec: dict[str, Any], result: dict[str, Any]) -> None:
 
     findings: list[Finding] = []
     result["versions"] = versions()
+    result["seeds"] = [int(spec["seed"])]  # drawn at random per evaluation unless [eval] seed fixes it
     default_numerics = current_numerics()
     result["numerics"] = {"reference": {"matmul_allow_tf32": False, "cudnn_allow_tf32": False,
                                         "float32_matmul_precision": "highest"},
@@ -577,11 +609,19 @@ def evaluate(spec: dict[str, Any], result: dict[str, Any]) -> None:
                              + (f" ({failed[0]['distribution']} inputs): output {first['index']}: {first['reason']}"
                                 if first else ""))
         return
+    fallback = runtime_checks.fallback_finding(lambda: _run_reference(model, clone_inputs(inputs), device),
+                                       lambda: _run_candidate(model_new, clone_inputs(inputs), device),
+                                       device, result["kernels"], recorder)
+    if fallback is not None:
+        findings.append(fallback)
     findings.extend(check_cache_reuse(
         lambda inp: _run_candidate(model_new, inp, device), lambda inp: _run_reference(model, inp, device),
         lambda seed: make_inputs(task, seed, device, _float_dtype(spec["precision"])),
         atol=corr["atol"], rtol=corr["rtol"], seed=int(spec["seed"]) + 20_000))
-    result["timing"] = timing(spec, task, model, model_new, device, findings, default_numerics)
+    result["timing"] = timing({**spec, "timed_atol": corr["atol"], "timed_rtol": corr["rtol"]}, task, model, model_new,
+                              device, findings, default_numerics)
+    set_reference_numerics()
+    findings.extend(shape_check(spec, task, init, model, model_new, device, corr["atol"], corr["rtol"]))
     if spec.get("format") == "triton":  # after timing: the configurations autotuning chose are final
         result["compile"]["triton"] = triton_support.build_info(sys.modules.get("cudaforge_candidate"))
     changed = [k for k, v in _harness_identity().items() if identity.get(k) != v]

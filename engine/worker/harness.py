@@ -26,6 +26,7 @@ from typing import Any
 from ..results import TimingStats
 
 _PROGRESS: Path | None = None
+EXT_RANGE = "cudaforge_ext::"  # profiler label of extension-function calls while `label_calls` is set
 _PHASES: dict[str, float] = {}
 _PHASE_START: list[Any] = [None, 0.0]
 
@@ -75,6 +76,7 @@ class BuildRecorder:
         self.builds = 0
         self.calls: dict[str, int] = {}
         self.extension_functions: set[str] = set()
+        self.label_calls = False  # label each call for torch.profiler (the CPU pytorch_fallback check)
 
     def install(self) -> None:
         import torch.utils.cpp_extension as cpp_ext
@@ -119,7 +121,13 @@ class BuildRecorder:
                     recorder.extension_functions.add(qual)
 
                     def counted(*a: Any, **k: Any) -> Any:
-                        out = value(*a, **k)  # a call that raises did no work: count it only after
+                        if recorder.label_calls:
+                            import torch
+
+                            with torch.profiler.record_function(EXT_RANGE + qual):
+                                out = value(*a, **k)
+                        else:
+                            out = value(*a, **k)  # a call that raises did no work: count it only after
                         recorder.calls[qual] = recorder.calls.get(qual, 0) + 1
                         return out
 
@@ -278,7 +286,7 @@ def quartiles(samples: list[float]) -> tuple[float, float]:
     return q[0], q[2]
 
 
-REAL_CLOCKS: dict[str, Any] = {"perf_counter": time.perf_counter}
+REAL_CLOCKS: dict[str, Any] = {"perf_counter": time.perf_counter, "monotonic": time.monotonic}
 
 
 def capture_clocks() -> None:
@@ -287,6 +295,7 @@ def capture_clocks() -> None:
     import torch
 
     REAL_CLOCKS["perf_counter"] = time.perf_counter
+    REAL_CLOCKS["monotonic"] = time.monotonic
     REAL_CLOCKS["synchronize"] = torch.cuda.synchronize
     REAL_CLOCKS["event"] = torch.cuda.Event
 
@@ -306,19 +315,25 @@ class Timer:
         self._sync = REAL_CLOCKS["synchronize"] if self.cuda else (lambda *a: None)
         self._perf = REAL_CLOCKS["perf_counter"]
         self._event = REAL_CLOCKS["event"] if self.cuda else None
+        self._mono = REAL_CLOCKS["monotonic"]
+        # CPU: each callable's total on the timer clock and on an independent clock (checks.clock_findings).
+        self.clock_totals: dict[str, tuple[float, float]] = {}
 
     def flush(self) -> None:
         if self.flush_buffer is not None:
             self.flush_buffer.zero_()
 
     def event_times(self, fns: dict[str, Callable[[], Any]], warmup: int, trials: int, *, warmup_ms: float = 0.0,
-                    min_time_ms: float = 0.0, max_trials: int | None = None) -> dict[str, list[float]]:
+                    min_time_ms: float = 0.0, max_trials: int | None = None, hooks: Any = None) -> dict[str, list[float]]:
         """Interleaved samples (ms) of each callable, flushed before every call.
 
         Warm-up runs `warmup` rounds and at least `warmup_ms`, so clocks that dropped while the GPU sat
         idle (a worker waiting for its turn) have come back up before anything is timed. Then at least
         `trials` rounds, more for short callables until each has about `min_time_ms` of samples (at most
-        `max_trials`): 50 calls of a 60 µs kernel are a 3 ms window, too short to repeat to a few %."""
+        `max_trials`): 50 calls of a 60 µs kernel are a 3 ms window, too short to repeat to a few %.
+
+        `hooks` (optional: begin(trials), before(name), after(name, output)) run outside the timed window of
+        each timed call; checks.TimedOutputCheck compares sampled outputs there."""
         names = list(fns)
         start = self._perf()
         rounds = 0
@@ -334,6 +349,8 @@ class Timer:
             wanted = math.ceil(min_time_ms / max(per_call_ms, 1e-6))
             trials = max(trials, min(wanted, max_trials or wanted))
         samples: dict[str, list[float]] = {n: [] for n in names}
+        if hooks is not None:
+            hooks.begin(trials)
         # Events are created before the loop: nothing but the call itself sits between start and end.
         events = [(self._event(enable_timing=True), self._event(enable_timing=True))
                   for _ in range(trials * len(names))] if self.cuda else []
@@ -341,6 +358,8 @@ class Timer:
         for i in range(trials):
             order = names if i % 2 == 0 else names[::-1]
             for j, n in enumerate(order):
+                if hooks is not None:
+                    hooks.before(n)
                 self.flush()
                 if self.cuda:
                     # No synchronize between calls: the host queues the next call while the flush runs,
@@ -348,13 +367,19 @@ class Timer:
                     # (waiting per call added 5-40 µs of jitter to 70-150 µs kernels on an H200).
                     start_ev, end_ev = events[i * len(names) + j]
                     start_ev.record()
-                    fns[n]()
+                    out = fns[n]()
                     end_ev.record()
                     recorded.append((n, start_ev, end_ev))
                 else:
-                    t0 = self._perf()
-                    fns[n]()
-                    samples[n].append((self._perf() - t0) * 1e3)
+                    m0, t0 = self._mono(), self._perf()
+                    out = fns[n]()
+                    t1, m1 = self._perf(), self._mono()
+                    samples[n].append((t1 - t0) * 1e3)
+                    timer_s, mono_s = self.clock_totals.get(n, (0.0, 0.0))
+                    self.clock_totals[n] = (timer_s + t1 - t0, mono_s + m1 - m0)
+                if hooks is not None:
+                    hooks.after(n, out)
+                del out
         if recorded:
             self._sync()
             for n, start_ev, end_ev in recorded:

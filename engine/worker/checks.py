@@ -1,0 +1,522 @@
+"""Runtime integrity checks of the second round, run in the worker next to the first round's.
+
+- `fallback_finding`: the candidate's own kernels ran, but PyTorch's kernels (or aten ops on the CPU)
+  cover every kernel the reference launches, at comparable time, while the candidate's own code
+  takes a small share: a token kernel as decoration, PyTorch as the engine (`pytorch_fallback`).
+- `TimedOutputCheck`: outputs of a random sample of the timed calls (always the last one) are
+  compared with the reference's for the same inputs, outside the timed window, one output held at a
+  time (`timing_output_mismatch`); the timed calls rotate two input draws (`Rotation`).
+- `shape_findings`: correctness again at a second set of sizes, from the task's module-level size
+  constants (`shape_specialized`, or a `shape_check_skipped` note).
+- `FixedValueProbe`: `weak_task_check` only when one fixed value per output, the same for every
+  trial, would pass the task's check.
+- `clock_findings`: the CPU timer's clock against an independent one (a timer patched in place,
+  e.g. through ctypes, keeps its identity but not its agreement with the other clock).
+
+Every function here gets the models and callables from evaluate.py; nothing here is imported by
+the app (torch is imported lazily).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import math
+import random
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..results import Finding
+from .harness import EXT_RANGE, custom_launches
+
+# ------------------------------------------------------------------ pytorch_fallback
+
+COMPARABLE_WORK = 0.5  # the candidate's work in the reference's kernels, as a fraction of the reference's
+SMALL_SHARE = 0.5  # the candidate's own kernels' share of its time below which they "take a small share"
+
+
+def fallback_rule(reference: Mapping[str, tuple[int, float]], library: Mapping[str, tuple[int, float]],
+                  custom_us: float | None) -> dict[str, Any] | None:
+    """The `pytorch_fallback` rule on per-name (launches, work) of the reference's kernels and of the
+    candidate's non-custom kernels, and the time in the candidate's own kernels. Evidence when it fires.
+    Work is device µs on CUDA and input elements on the CPU (see _cpu_op_totals).
+
+    It fires when (1) every kernel name the reference launches is launched by the candidate as a
+    PyTorch/library kernel at least as many times, (2) the candidate's work in those kernels is at least
+    COMPARABLE_WORK of the reference's total, and (3) its own kernels take less than SMALL_SHARE of its
+    time. A candidate that replaced any one of the reference's kernels with its own (e.g. keeps cuBLAS
+    for the GEMM and fuses the epilogue) fails (1) and is not flagged. `custom_us=None` (the CPU, where
+    the time of a tiny extension call is mostly call overhead) leaves (3) out.
+    """
+    if not reference:
+        return None
+    ref_total = sum(work for _, work in reference.values())
+    missing = [n for n, (count, _) in reference.items() if library.get(n, (0, 0.0))[0] < count]
+    if missing:
+        return None
+    covered = sum(library[n][1] for n in reference)
+    lib_total = sum(work for _, work in library.values())
+    if ref_total > 0 and covered < COMPARABLE_WORK * ref_total:
+        return None
+    own_share = None
+    if custom_us is not None:
+        own_share = custom_us / (custom_us + lib_total) if custom_us + lib_total > 0 else 0.0
+        if own_share >= SMALL_SHARE:
+            return None
+    return {"reference_kernels": len(reference), "covered": round(covered, 3), "reference_total": round(ref_total, 3),
+            "own_share": round(own_share, 4) if own_share is not None else None, "kernels": sorted(reference)[:10]}
+
+
+def _cuda_kernel_totals(prof: Any) -> dict[str, tuple[int, float]]:
+    """name -> (launches, device µs) of the CUDA kernels in a torch.profiler run (the same filter as the
+    candidate's kernel list in evaluate.check_custom_code)."""
+    totals: dict[str, tuple[int, float]] = {}
+    for evt in prof.key_averages():
+        dev_time = getattr(evt, "device_time_total", None)
+        if dev_time is None:
+            dev_time = getattr(evt, "cuda_time_total", 0.0)
+        if not dev_time or evt.key.startswith("cudaforge") or evt.key in ("Memcpy DtoD (Device -> Device)",):
+            continue
+        if getattr(evt, "device_type", None) is not None and "CUDA" not in str(evt.device_type):
+            continue
+        count, us = totals.get(evt.key, (0, 0.0))
+        totals[evt.key] = (count + int(evt.count), us + float(dev_time))
+    return totals
+
+
+def _inside_extension(evt: Any) -> bool:
+    parent = evt.cpu_parent
+    while parent is not None:
+        if parent.name.startswith(EXT_RANGE):
+            return True
+        parent = parent.cpu_parent
+    return False
+
+
+def _cpu_op_totals(prof: Any) -> tuple[dict[str, tuple[int, float]], float]:
+    """(name -> (calls, input elements) of the aten ops outside extension-function calls, µs inside those
+    calls). Elements, not time: CPU times of small ops are mostly overhead and thread wake-ups (they vary
+    8x from call to call), while the sizes an op reads say deterministically whether it did the work."""
+    ops: dict[str, tuple[int, float]] = {}
+    custom_us = 0.0
+    for evt in prof.events():
+        name = evt.name
+        if name.startswith(EXT_RANGE):
+            if not _inside_extension(evt):
+                custom_us += float(evt.cpu_time_total)
+            continue
+        if not name.startswith("aten::") or _inside_extension(evt):
+            continue
+        elements = sum(math.prod(shape) for shape in (evt.input_shapes or []) if isinstance(shape, list) and shape
+                       and all(isinstance(d, int) for d in shape))
+        count, work = ops.get(name, (0, 0.0))
+        ops[name] = (count + 1, work + float(elements))
+    return ops, custom_us
+
+
+def fallback_finding(run_reference: Callable[[], Any], run_candidate: Callable[[], Any], device: Any,
+                     kernels: list[dict[str, Any]], recorder: Any) -> Finding | None:
+    """`pytorch_fallback` from what ran: on CUDA the kernels of one profiled reference forward against the
+    candidate's kernel list (already profiled by check_custom_code); on the CPU the aten ops of one
+    profiled forward of each, with the extension functions' calls as the candidate's own code."""
+    from torch.profiler import ProfilerActivity, profile
+
+    if not any(k["custom"] for k in kernels) and not any(v > 0 for v in custom_launches(recorder).values()):
+        return None  # no custom code ran: that is no_custom_kernel
+    extension_us = None
+    if device.type == "cuda":
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            run_reference()
+        # Memsets and copies are not kernels of the computation (cuBLAS may clear a workspace on some calls).
+        reference = {n: v for n, v in _cuda_kernel_totals(prof).items() if not n.startswith(("Memset", "Memcpy"))}
+        library = {k["name"]: (int(k["count"]), float(k["device_time_us"])) for k in kernels if not k["custom"]}
+        custom_us: float | None = sum(float(k["device_time_us"]) for k in kernels if k["custom"])
+        where, unit = "kernels", "device_us"
+    else:
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            run_reference()
+        reference, _ = _cpu_op_totals(prof)
+        recorder.label_calls = True
+        try:
+            with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+                run_candidate()
+        finally:
+            recorder.label_calls = False
+        library, extension_us = _cpu_op_totals(prof)
+        custom_us = None  # mostly call overhead for tiny calls: not a measure of the work (see fallback_rule)
+        where, unit = "aten ops", "input_elements"
+    evidence = fallback_rule(reference, library, custom_us)
+    if evidence is None:
+        return None
+    evidence.update(measured=where, unit=unit)
+    if extension_us is not None:
+        evidence["extension_us"] = round(extension_us, 3)
+    share = f" ({evidence['own_share']:.0%} of its time)" if evidence["own_share"] is not None else ""
+    return Finding("pytorch_fallback", "fail",
+                   f"the candidate's own code ran{share} but PyTorch's {where} cover all "
+                   f"{evidence['reference_kernels']} of the reference's, at least as often and with comparable work: "
+                   "PyTorch does the work", evidence)
+
+
+# ------------------------------------------------------------------ timed outputs
+
+TIMED_SAMPLES = 3  # random timed calls checked besides the last one
+TF32_TOLERANCE = 1e-2
+
+
+class Rotation:
+    """A timed callable that calls `model` on the next of several input draws, in turn, so a cache keyed
+    on the inputs' content (holding one entry) earns nothing during timing."""
+
+    def __init__(self, model: Any, draws: list[list[Any]]) -> None:
+        self.model, self.draws, self.calls = model, draws, 0
+
+    def peek(self) -> list[Any]:
+        """The inputs of the next call."""
+        return self.draws[self.calls % len(self.draws)]
+
+    def __call__(self) -> Any:
+        import torch
+
+        inputs = self.peek()
+        self.calls += 1
+        with torch.no_grad():
+            return self.model(*inputs)
+
+
+def _storages(values: list[Any]) -> set[int]:
+    import torch
+
+    return {v.untyped_storage().data_ptr() for v in values if isinstance(v, torch.Tensor) and v.numel() > 0}
+
+
+def _flat(out: Any) -> list[Any]:
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+class TimedOutputCheck:
+    """Hooks for harness.Timer.event_times: compares sampled timed candidate calls with the reference.
+
+    Before a sampled call (outside the timed window) the candidate's next inputs are copied and the
+    reference computes the expected output from the copy (reference numerics); right after the call's end
+    event, the device is synchronized and the output compared, then dropped: one expected output is held
+    at a time. Outputs the reference returns from timed calls are overwritten (NaN) once their end event
+    is recorded, so a candidate handing back unwritten memory cannot find the reference's result in it.
+    """
+
+    def __init__(self, candidate: Rotation, reference_model: Any, device: Any, *, atol: float, rtol: float,
+                 compare: Callable[..., Any], protected: set[int], sync: Callable[[], None],
+                 numerics: tuple[Callable[[], Any], Callable[[], Any]], samples: int = TIMED_SAMPLES) -> None:
+        self.candidate, self.reference_model, self.device = candidate, reference_model, device
+        self.atol, self.rtol, self.compare, self.sync = atol, rtol, compare, sync
+        self.protected = protected  # storages the reference's outputs may share (its inputs, parameters)
+        self.reference_numerics, self.timing_numerics = numerics
+        self.samples = samples
+        self.scale_atol = rtol >= TF32_TOLERANCE  # see timed_tolerance
+        self.sample: set[int] = set()
+        self.trials = 0
+        self.index = 0
+        self.expected: list[Any] | None = None
+        self.reference_aliases = False  # the reference itself returns memory of its inputs or parameters
+        self.checked: list[int] = []
+        self.failures: list[dict[str, Any]] = []
+        self.aliased: list[int] = []
+
+    def begin(self, trials: int) -> None:
+        self.trials = trials
+        rng = random.SystemRandom()
+        pool = range(max(trials - 1, 0))
+        self.sample = set(rng.sample(pool, min(self.samples, len(pool)))) | {trials - 1}
+
+    def before(self, name: str) -> None:
+        if name != "candidate" or self.index not in self.sample:
+            return
+        import torch
+
+        # A copy of the inputs (the reference may change its inputs in place), freed once it has run; the
+        # reference's output is fresh memory that nothing touches until it is compared.
+        inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in self.candidate.peek()]
+        self.reference_numerics()
+        try:
+            with torch.no_grad():
+                self.expected = _flat(self.reference_model(*inputs))
+        finally:
+            self.timing_numerics()
+        self.reference_aliases = bool(_storages(self.expected) & (_storages(inputs) | self.protected))
+        del inputs
+
+    def after(self, name: str, out: Any) -> None:
+        import torch
+
+        if name == "reference":
+            for t in _flat(out):
+                if isinstance(t, torch.Tensor) and t.numel() > 0 and \
+                        t.untyped_storage().data_ptr() not in self.protected:
+                    with contextlib.suppress(RuntimeError):
+                        t.fill_(float("nan") if t.is_floating_point() else 0)
+            return
+        index = self.index
+        self.index += 1
+        if self.expected is None:
+            return
+        self.sync()
+        expected, self.expected = self.expected, None
+        got = _flat(out)
+        self.checked.append(index)
+        reason = ""
+        if len(got) != len(expected):
+            reason = f"{len(got)} outputs instead of {len(expected)}"
+        else:
+            for k, (e, g) in enumerate(zip(expected, got, strict=True)):
+                atol = self.atol
+                if self.scale_atol and isinstance(e, torch.Tensor) and e.is_floating_point() and e.numel() > 0:
+                    atol = max(atol, TF32_TOLERANCE * float(e.detach().abs().max()))  # TF32 errors scale with the output
+                check = self.compare(k, e, g, atol, self.rtol)
+                if not check.passed:
+                    reason = f"output {k}: {check.reason}"
+                    break
+        if reason:
+            self.failures.append({"call": index, "reason": reason})
+        if _storages(got) & self.protected and not self.reference_aliases:  # timed inputs, reference parameters
+            self.aliased.append(index)
+        del expected, got
+
+    def findings(self) -> list[Finding]:
+        out = []
+        if self.failures:
+            first = self.failures[0]
+            out.append(Finding(
+                "timing_output_mismatch", "fail",
+                f"timed call {first['call'] + 1} of {self.trials} returned a wrong output ({first['reason']}); "
+                f"{len(self.failures)} of {len(self.checked)} checked timed calls were wrong",
+                {"checked_calls": self.checked, "failures": self.failures[:5], "timed_calls": self.trials,
+                 "atol": self.atol, "rtol": self.rtol}))
+        if self.aliased:
+            out.append(Finding("output_aliases_input", "fail", "during timing the candidate returned memory of "
+                               "its inputs or of the reference model's parameters", {"timed_calls": self.aliased[:5]}))
+        return out
+
+
+def timed_tolerance(atol: float, rtol: float, timing_numerics: Mapping[str, Any], device: Any) -> tuple[float, float]:
+    """The timed calls run with PyTorch's default numerics; where those allow TF32, a candidate that keeps
+    cuBLAS/cuDNN for part of the work computes in TF32 there, so its outputs are held to 1e-2 (relative,
+    and absolute relative to the output's largest value): loose for rounding, tight for stale, unwritten
+    or other-draw outputs, which are wrong at the scale of the output itself."""
+    if device.type == "cuda" and (timing_numerics.get("matmul_allow_tf32") or timing_numerics.get("cudnn_allow_tf32")
+                                  or timing_numerics.get("float32_matmul_precision") != "highest"):
+        return max(atol, TF32_TOLERANCE), max(rtol, TF32_TOLERANCE)
+    return atol, rtol
+
+
+# ------------------------------------------------------------------ clocks
+
+
+def clock_findings(pairs: Mapping[str, tuple[float, float]]) -> list[Finding]:
+    """Each timed callable's total on the timer clock against an independent clock read around the same
+    calls (CPU timing). They agree to within 10% + 1 ms unless one was altered in place."""
+    bad = {n: {"timer_s": round(a, 6), "monotonic_s": round(b, 6)} for n, (a, b) in pairs.items()
+           if abs(a - b) > 0.1 * max(a, b) + 1e-3}
+    if not bad:
+        return []
+    return [Finding("harness_tampering", "fail", "the timer clock disagrees with an independent clock around the "
+                    "timed calls of " + ", ".join(sorted(bad)) + ": it was altered in place (e.g. through ctypes)",
+                    {"replaced": ["time.perf_counter (in place)"], "clocks": bad})]
+
+
+# ------------------------------------------------------------------ weak task check
+
+
+class FixedValueProbe:
+    """Whether one fixed value per float output, the same in every trial, would pass every trial.
+
+    For each element e the passing constants form [e - tol, e + tol] with tol = atol + rtol·|e| (the
+    correctness rule); one constant passes a whole trial iff the intersection over its elements is not
+    empty, and every trial iff the intersection over all trials is not empty.
+    """
+
+    def __init__(self, atol: float, rtol: float) -> None:
+        self.atol, self.rtol = atol, rtol
+        self.bounds: dict[int, tuple[float, float]] = {}
+        self.trials = 0
+        self.possible = True
+
+    def add(self, expected: list[Any]) -> None:
+        import torch
+
+        self.trials += 1
+        floats = {k: t for k, t in enumerate(expected)
+                  if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0}
+        if not floats:
+            self.possible = False
+            return
+        for k, t in floats.items():
+            e = t.detach().double().flatten()
+            if not bool(torch.isfinite(e).all()):
+                self.possible = False
+                return
+            tol = self.atol + self.rtol * e.abs()
+            lo, hi = float((e - tol).max()), float((e + tol).min())
+            old = self.bounds.get(k)
+            if old is not None:
+                lo, hi = max(lo, old[0]), min(hi, old[1])
+            self.bounds[k] = (lo, hi)
+            if lo > hi:
+                self.possible = False
+
+    def finding(self, trials: int) -> Finding | None:
+        if not self.possible or self.trials < trials or not self.bounds:
+            return None
+        zero = all(lo <= 0.0 <= hi for lo, hi in self.bounds.values())
+        values = {k: 0.0 if zero else (lo + hi) / 2 for k, (lo, hi) in self.bounds.items()}
+        kind = "zero" if zero else "constant"
+        return Finding("weak_task_check", "warn", f"a {kind} tensor (the same value in every trial) would pass this "
+                       "task's correctness check at the configured tolerance; the result proves little",
+                       {"trivial_output": kind, "values": {str(k): v for k, v in values.items()},
+                        "atol": self.atol, "rtol": self.rtol})
+
+
+# ------------------------------------------------------------------ shape specialization
+
+_HYPER = re.compile(r"kernel|stride|pad|dilation|group|head|eps|momentum|scale|factor|prob|^p$|margin|alpha|beta|"
+                    r"seed|bits|^k$|top|axis|reduce|order|window|pool", re.I)
+MIN_SIZE = 8  # smaller constants are left alone (axes, kernel sizes, channel counts of 3)
+
+
+def size_constants(task: Any, source: str) -> dict[str, int]:
+    """Module-level int constants that get_inputs()/get_init_inputs() use (directly or through other
+    module-level assignments), look like sizes (not kernel sizes, strides, axes...) and are >= MIN_SIZE."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return {}
+    assigns: dict[str, ast.AST] = {}
+    funcs: dict[str, ast.AST] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
+            for t in node.targets:  # `height = width = 128` binds both
+                assigns[t.id] = node.value  # type: ignore[attr-defined]
+        elif isinstance(node, (ast.AnnAssign,)) and isinstance(node.target, ast.Name) and node.value is not None:
+            assigns[node.target.id] = node.value
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            funcs[node.name] = node
+    stack = [funcs[n] for n in ("get_inputs", "get_init_inputs") if n in funcs]
+    used: set[str] = set()
+    while stack:
+        node = stack.pop()
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id not in used:
+                if sub.id in assigns:
+                    used.add(sub.id)
+                    stack.append(assigns[sub.id])
+                elif sub.id in funcs:
+                    used.add(sub.id)
+                    stack.append(funcs[sub.id])
+    out = {}
+    for name in sorted(used):
+        value = getattr(task, name, None)
+        if name in assigns and isinstance(value, int) and not isinstance(value, bool) and value >= MIN_SIZE \
+                and not _HYPER.search(name):
+            out[name] = value
+    return out
+
+
+def smaller_size(value: int) -> int:
+    """An odd size below `value`: just below for small sizes, about half for large ones (cheap)."""
+    if value >= 256:
+        half = value // 2
+        return half + 1 if half % 2 == 0 else half
+    return value - 1 if value % 2 == 0 else value - 2
+
+
+def rewrite_constants(source: str, values: Mapping[str, int]) -> str:
+    """The task source with the module-level assignments of `values`' names set to those values."""
+    tree = ast.parse(source)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
+            chosen = {values[t.id] for t in node.targets if t.id in values}  # type: ignore[attr-defined]
+            if len(chosen) == 1:
+                node.value = ast.Constant(chosen.pop())
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id in values:
+            node.value = ast.Constant(values[node.target.id])
+    return ast.unparse(ast.fix_missing_locations(tree))
+
+
+def load_variant(source: str, path: str, values: Mapping[str, int]) -> Any:
+    """A fresh module object from the task source with the size constants replaced."""
+    import types
+
+    module = types.ModuleType("cudaforge_task_sizes")
+    module.__file__ = path
+    exec(compile(rewrite_constants(source, values), path, "exec"), module.__dict__)  # the task's own code
+    return module
+
+
+def shape_findings(task: Any, source: str, path: str, init: list[Any], model: Any, model_new: Any,
+                   candidate_cls: Any, *, prepare: Callable[[Any], Any], inputs_for: Callable[[Any], list[Any]],
+                   run_reference: Callable[[Any, list[Any]], Any], run_candidate: Callable[[Any, list[Any]], Any],
+                   compare: Callable[[list[Any], list[Any]], str], copy_parameters: Callable[[Any, Any], Any],
+                   seed: int) -> list[Finding]:
+    """`shape_specialized` when the candidate is wrong, crashes or refuses at a second, smaller set of sizes
+    at which the reference works; a `shape_check_skipped` note when the sizes cannot be changed.
+
+    `prepare(model)` moves a fresh model to the device/dtype; `inputs_for(module)` draws one input set from
+    a task module; `compare(expected, got)` returns "" or the first mismatch; `run_candidate` raises the
+    worker's CandidateFailure on an exception in the candidate.
+    """
+    constants = size_constants(task, source)
+    if not constants:
+        return [_skipped("the task's get_inputs()/get_init_inputs() use no module-level size constants", {})]
+    values = {name: smaller_size(v) for name, v in constants.items()}
+    changed = {name: [constants[name], values[name]] for name in constants}
+    described = ", ".join(f"{n}={v[1]} (was {v[0]})" for n, v in changed.items())
+    import torch
+
+    try:
+        variant = load_variant(source, path, values)
+        new_init = list(variant.get_init_inputs())
+        inputs = inputs_for(variant)
+        ref_model = model
+        rebuild = not _same_values(new_init, list(init))
+        if rebuild:
+            torch.manual_seed(seed)
+            ref_model = prepare(variant.Model(*new_init))
+        expected = _flat(run_reference(ref_model, [x.clone() if hasattr(x, "clone") else x for x in inputs]))
+    except Exception as exc:  # the task itself does not work at other sizes
+        return [_skipped(f"the reference fails at {described}: {type(exc).__name__}: {str(exc)[:160]}", changed)]
+    cand = model_new
+    try:
+        if rebuild:
+            torch.manual_seed(seed)
+            cand = prepare(candidate_cls(*new_init))
+            copy_parameters(ref_model, cand)
+        got = _flat(run_candidate(cand, inputs))
+        reason = compare(expected, got)
+    except Exception as exc:
+        reason = f"{getattr(exc, 'message', None) or exc}"[:300]
+        reason = f"raised: {reason}"
+    if not reason:
+        return []
+    return [Finding("shape_specialized", "warn", f"at {described} the candidate is wrong or fails ({reason}); "
+                    "the reference works there: the kernel may be specialized to the task's sizes",
+                    {"changed": changed, "reason": reason})]
+
+
+def _same_values(a: list[Any], b: list[Any]) -> bool:
+    """Equal init arguments (tensors compared by value; anything incomparable counts as changed)."""
+    import torch
+
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        try:
+            same = torch.equal(x, y) if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) else bool(x == y)
+        except Exception:
+            same = False
+        if not same:
+            return False
+    return True
+
+
+def _skipped(why: str, changed: Mapping[str, Any]) -> Finding:
+    return Finding("shape_check_skipped", "info", f"second set of sizes not checked: {why}", {"changed": dict(changed)})
