@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
@@ -27,24 +26,6 @@ def gpu_lock_path(gpu: int) -> Path:
     lock_dir = gpu_lock_dir()
     lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     return lock_dir / f"gpu{gpu}.lock"
-
-
-def other_gpu_processes(gpu: int, exclude: Iterable[int] = ()) -> list[int]:
-    """PIDs of compute processes on `gpu` other than ours and `exclude` (empty when nvidia-smi is missing)."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return []
-    try:
-        out = subprocess.run([exe, "--query-compute-apps=pid", "--format=csv,noheader", "-i", str(gpu)],
-                             capture_output=True, text=True, timeout=5, check=False).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    pids = []
-    for line in out.splitlines():
-        with contextlib.suppress(ValueError):
-            pids.append(int(line.strip()))
-    skip = {os.getpid(), *exclude}
-    return [p for p in pids if p not in skip]
 
 
 def parse_compute_apps(text: str) -> list[dict[str, object]]:

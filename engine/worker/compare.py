@@ -83,14 +83,3 @@ def compare_output(index: int, expected: Any, got: Any, atol: float, rtol: float
     return OutputCheck(passed=mismatches == 0, max_abs_err=max_abs, max_rel_err=max_rel, mismatches=mismatches,
                        numel=numel, nonfinite_got=int((~finite_g).sum()), worst=tuple(worst), reason=reason, **base)
 
-
-def would_pass_trivially(expected: list[Any], atol: float, rtol: float) -> str | None:
-    """'zero' or 'constant' when such a tensor would pass every float output of this trial."""
-    floats = [t for t in expected if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0]
-    if not floats:
-        return None
-    if all(compare_output(0, t, torch.zeros_like(t), atol, rtol).passed for t in floats):
-        return "zero"
-    if all(compare_output(0, t, torch.full_like(t, float(t.float().mean())), atol, rtol).passed for t in floats):
-        return "constant"
-    return None
