@@ -133,7 +133,6 @@ def test_compilation_error_of_the_gpu_path_maps_to_the_candidate_line(bad_line: 
     assert log.startswith("candidate.py:10: error:") and f"    10 |     {bad_line}\n" in log
 
 
-@pytest.mark.xfail(reason="needs pytorch_fallback (issue 15)", strict=False)
 def test_token_triton_kernel_while_pytorch_does_the_work_is_not_accepted(cpu_options) -> None:
     r = evaluate(cpu_options, "fallback.py")
     assert r.correctness is not None and r.correctness.passed  # the numbers are PyTorch's, so they match
