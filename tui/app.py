@@ -159,7 +159,7 @@ class WorkbenchApp(App[int]):
     def _load_config(self) -> None:
         """Configuration errors are shown, not raised: the app opens so the person can read them."""
         overrides = {"eval.device": self.spec.device, "eval.gpu": self.spec.gpu, "session.rounds": self.spec.rounds,
-                     "run.folder": self.spec.run_root}
+                     "run.folder": self.spec.run_root, "run.gpu_memory_gb": self.spec.gpu_memory_gb}
         try:
             self.config = load_config(self.spec.config_file, overrides, cwd=self.cwd,
                                       use_user_config=self.spec.use_user_config)

@@ -379,3 +379,38 @@ def finish(result: dict[str, Any]) -> None:
         ref = mem.get("reference_peak_bytes")
         if ref:
             mem["ratio"] = round(max(0, mem["eval_peak_bytes"] - SLACK_BYTES) / ref, 3)
+
+
+# ------------------------------------------------------------------ the parent's check, in a subprocess
+
+
+def footprint_main(argv: list[str]) -> int:
+    """`python -m cudaforge.engine.worker.memory TASK SEED PRECISION`: the task's meta footprint as one
+    JSON line (no device memory, no CUDA context), or {"error": ..., "kind": ...} for a task that cannot
+    load. The parent (engine/fit.py) compares it with the card."""
+    import importlib.util
+    import json
+
+    import torch
+
+    path, seed, precision = argv[0], int(argv[1]), argv[2]
+    float_dtype = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
+    try:
+        spec = importlib.util.spec_from_file_location("cudaforge_task", path)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        fp = meta_footprint(module, list(module.get_init_inputs()), seed, float_dtype)
+    except ModuleNotFoundError as exc:
+        print(json.dumps({"error": missing_module_message(path, exc), "kind": "unavailable"}))
+        return 0
+    except Exception as exc:  # the worker says it properly (task_error); the fit check just cannot tell
+        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"[:300], "kind": "unknown"}))
+        return 0
+    print(json.dumps(fp))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(footprint_main(sys.argv[1:]))

@@ -3,6 +3,7 @@ elements (index, expected, got); the timing summary; the integrity findings with
 
 from __future__ import annotations
 
+from cudaforge.engine.report import format_memory
 from cudaforge.engine.results import EvalResult, OutputCheck
 from cudaforge.tui.format import SEVERITY_STYLE, fmt_err, fmt_speedup, status_glyph
 from rich.console import Group, RenderableType
@@ -66,6 +67,8 @@ def render_correctness(result: EvalResult | None) -> RenderableType:
             f"[{t.speedup_low:.2f}–{t.speedup_high:.2f}]"
             + (f", vs torch.compile {fmt_speedup(t.speedup_vs_compile)}" if t.speedup_vs_compile else ""),
             style="bold"))
+    if result.memory is not None and format_memory(result.memory):
+        parts.append(Text(format_memory(result.memory), style="red" if result.memory.fits is False else "dim"))
     if result.findings:
         table = Table(title="integrity findings", expand=True, title_justify="left")
         for col in ("finding", "severity", "what"):
