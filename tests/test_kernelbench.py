@@ -243,3 +243,33 @@ def test_gpu_task_that_cannot_fit_the_cap_is_said_before_the_build(tmp_path: Pat
     assert result.outcome == "oom", result.message
     assert "needs about 25 GiB to evaluate (3 × 8.0 GiB + 1 GiB)" in result.message
     assert result.memory is not None and result.memory.fits is False
+
+
+BIG_TASK = ("import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n\n\n"
+            "def get_inputs():\n    return [torch.randn(1024, 1024, 1024)]\n\n\ndef get_init_inputs():\n    return []\n")
+
+
+def test_batch_says_once_that_a_task_does_not_fit_and_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task whose 3 x footprint + 1 GiB exceeds the cap: the session stops before the Coder is asked, the
+    batch shows `skipped: does not fit this card`, and the summary counts it as not correct."""
+    from cudaforge.engine.session.batch import Batch, format_summary, run_batch
+    from llm_server import ScriptedLLMServer
+    from session_kit import KEY, KEY_ENV, session_config
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    task = tmp_path / "big" / "task.py"
+    task.parent.mkdir()
+    task.write_text(BIG_TASK)
+    with ScriptedLLMServer([]) as server:
+        config = session_config(server, tmp_path / "cache", **{"eval.device": "cuda", "run.gpu_memory_gb": 4.0,
+                                                               "session.format": "nvrtc"})
+        batch = Batch.create(tmp_path / "runs", [task], config)
+        summary = asyncio.run(run_batch(batch, jobs=2))
+        assert not server.requests  # said before any candidate was written, let alone built
+    (row,) = summary.rows
+    assert row.status == "skipped" and not row.correct, row.message
+    assert "skipped: does not fit this card" in row.message
+    assert "big/task needs about 25 GiB to evaluate (3 × 8.0 GiB + 1 GiB)" in row.message
+    assert "the cap ([run] gpu_memory_gb) is 4.0 GiB" in row.message
+    assert summary.correct == 0 and summary.tasks == 1 and all(v == 0 for v in summary.fast_p.values())
+    assert "skipped: does not fit this card" in format_summary(summary)

@@ -278,6 +278,8 @@ class WorkbenchApp(App[int]):
             case SessionStopped():
                 self._log(f"session stopped ({event.reason}): {event.message}", "warning" if event.reason not in (
                     "max_rounds", "target_speedup", "plateau") else "info")
+                if event.reason == "does_not_fit":  # said once, before any candidate (issue 13)
+                    self.notify(event.message, severity="error", timeout=12)
                 if event.resumable and self.model.run_dir:
                     self._log(f"resume with: cudaforge-tui --resume {self.model.run_dir}")
             case _:

@@ -157,12 +157,22 @@ def meta_footprint(task: Any, init: list[Any], seed: int, float_dtype: Any = Non
         inputs = task.get_inputs()
         inputs = [_with_dtype(x, float_dtype) if isinstance(x, torch.Tensor) else x for x in inputs]
         out["input_bytes"] = tensor_bytes(inputs)
+    try:
+        with torch.device("meta"):
+            model = task.Model(*init)
+    except Exception as exc:  # e.g. `.item()` in __init__: count the parameters of a real (host) build
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        out["reason"] = f"Model(*get_init_inputs()) cannot be built on the meta device ({type(exc).__name__}: {first})"
+        torch.manual_seed(seed)
         model = task.Model(*init)
     if float_dtype is not None:
         model = model.to(float_dtype)
     out["param_bytes"] = sum(tensor_bytes(p) for p in model.parameters()) + sum(tensor_bytes(b) for b in model.buffers())
+    if out["reason"]:
+        out["footprint_bytes"] = out["input_bytes"] + out["param_bytes"]
+        return out
     try:
-        with torch.no_grad(), torch.device("meta"):
+        with torch.no_grad(), torch.device("meta"), _fast_meta_rnns():
             result = model(*inputs)
         out["output_bytes"] = tensor_bytes(result)
     except Exception as exc:
@@ -170,6 +180,41 @@ def meta_footprint(task: Any, init: list[Any], seed: int, float_dtype: Any = Non
         out["reason"] = f"the forward pass cannot run on the meta device ({type(exc).__name__}: {first})"
     out["footprint_bytes"] = out["input_bytes"] + out["output_bytes"] + out["param_bytes"]
     return out
+
+
+@contextlib.contextmanager
+def _fast_meta_rnns() -> Iterator[None]:
+    """nn.LSTM/GRU/RNN on the meta device decompose step by step (30+ s for KernelBench's LSTMs); their
+    output shapes follow from the module's settings, so answer with those."""
+    import torch
+    from torch import nn
+
+    def forward(self: Any, x: Any, hx: Any = None) -> Any:
+        batched = x.dim() == 3
+        seq, batch = (x.shape[0], x.shape[1]) if batched and not self.batch_first else \
+            ((x.shape[1], x.shape[0]) if batched else (x.shape[0], 1))
+        d = 2 if self.bidirectional else 1
+        out_size = self.proj_size if getattr(self, "proj_size", 0) else self.hidden_size
+        if not batched:
+            out = torch.empty(seq, d * out_size, dtype=x.dtype)
+        elif self.batch_first:
+            out = torch.empty(batch, seq, d * out_size, dtype=x.dtype)
+        else:
+            out = torch.empty(seq, batch, d * out_size, dtype=x.dtype)
+        lead = (d * self.num_layers, batch) if batched else (d * self.num_layers,)
+        h = torch.empty(*lead, out_size, dtype=x.dtype)
+        if isinstance(self, nn.LSTM):
+            return out, (h, torch.empty(*lead, self.hidden_size, dtype=x.dtype))
+        return out, h
+
+    saved = {cls: cls.forward for cls in (nn.LSTM, nn.GRU, nn.RNN)}
+    try:
+        for cls in saved:
+            cls.forward = forward  # type: ignore[method-assign]
+        yield
+    finally:
+        for cls, fn in saved.items():
+            cls.forward = fn  # type: ignore[method-assign]
 
 
 def needed_bytes(footprint: int) -> int:
@@ -235,7 +280,8 @@ def fingerprint(t: Any) -> tuple[int, ...]:
     nbytes = flat.numel() * flat.element_size()
     raw = flat.view(torch.uint8)
     if nbytes % 4 == 0:
-        raw = raw.view(torch.int32)
+        with contextlib.suppress(RuntimeError):  # a view at an offset not aligned to 4 bytes stays in bytes
+            raw = raw.view(torch.int32)
     s1 = torch.zeros((), dtype=torch.int64, device=t.device)
     s2 = torch.zeros((), dtype=torch.int64, device=t.device)
     for start in range(0, raw.numel(), CHUNK_ELEMENTS):
