@@ -892,6 +892,7 @@ def check_cache_reuse(
     else:
         del b
     del work
+    w = v = m = None  # the loops' names would keep the last input sets alive
     fresh = make_inputs(seed + 2)
     probe("new_memory", fresh, clone(fresh), "fail")
     del fresh

@@ -273,3 +273,49 @@ def test_batch_says_once_that_a_task_does_not_fit_and_goes_on(tmp_path: Path, mo
     assert "the cap ([run] gpu_memory_gb) is 4.0 GiB" in row.message
     assert summary.correct == 0 and summary.tasks == 1 and all(v == 0 for v in summary.fast_p.values())
     assert "skipped: does not fit this card" in format_summary(summary)
+
+
+COUNTING_TASK = '''import gc
+import torch
+
+N = 1 << 16
+LOG = {log!r}
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        # How many input-sized tensors are alive while this side runs (the harness's copies of the inputs).
+        live = len({{o.untyped_storage().data_ptr() for o in gc.get_objects()
+                     if isinstance(o, torch.Tensor) and o.numel() == N and o.device.type != "meta"}})
+        with open(LOG, "a") as f:
+            f.write(f"{{type(self).__name__}} {{live}}\\n")
+        return x.sum(dim=0)
+
+
+def get_inputs():
+    return [torch.randn(256, 256)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_cpu_accounting_at_most_two_copies_of_the_inputs_are_alive_during_any_call(
+        tmp_path: Path, cpu_options: EvalOptions) -> None:
+    """CPU-side accounting of the memory rule (the allocator's peak is CUDA-only): during every reference
+    and candidate call of a whole evaluation (reference peak, correctness trials, kernel check, cache probes,
+    timing), at most two input-sized storages are alive: the draw and one clone (before: up to four)."""
+    from cudaforge.engine.candidate import Candidate
+    from cudaforge.engine.task import load_task
+
+    log = tmp_path / "live.txt"
+    task = tmp_path / "task.py"
+    task.write_text(COUNTING_TASK.format(log=str(log)))
+    cand = Candidate(source=task.read_text().replace("class Model(", "class ModelNew("), format="python")
+    result = asyncio.run(Evaluator(cpu_options).evaluate(load_task(task), cand))
+    assert result.correctness is not None and result.correctness.passed, result.message
+    assert result.timing is not None and result.memory is not None and result.memory.footprint_bytes > 0
+    counts = [(side, int(n)) for side, n in (ln.split() for ln in log.read_text().splitlines())]
+    assert {s for s, _ in counts} == {"Model", "ModelNew"} and len(counts) > 20
+    assert max(n for _, n in counts) <= 2, " ".join(f"{s[-3:]}{n}" for s, n in counts)

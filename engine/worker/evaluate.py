@@ -241,6 +241,7 @@ def correctness(spec: dict[str, Any], task: Any, model: Any, model_new: Any, dev
             got_raw = _run_candidate(model_new, cand_in, device)
             ref_out = _run_reference(model, ref_in, device)
             expected = flatten_outputs(ref_out)
+            del ref_out  # `expected` holds the outputs; nothing of this trial may outlive it
         got = flatten_outputs(got_raw)
         if len(got) != len(expected):
             raise CandidateFailure("wrong_result", f"ModelNew returned {len(got)} outputs, the reference {len(expected)}")
@@ -255,6 +256,7 @@ def correctness(spec: dict[str, Any], task: Any, model: Any, model_new: Any, dev
                 # With the reference's copy unchanged it equals the original: compare the candidate's to it exactly.
                 if not ref_changed and not memory.bits_equal(r, c):
                     mutated.add(k)
+        r = c = None  # the loop's names would keep this trial's inputs alive into the next
         if _storage_ptrs(got) & _storage_ptrs(cand_in) and not (_storage_ptrs(expected) & _storage_ptrs(ref_in)):
             aliased = True
         if dist == "task":
