@@ -140,7 +140,6 @@ async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | No
         queue.put_nowait(p)
     rows: list[dict[str, Any]] = []
     out = rows_path.open("a", encoding="utf-8") if rows_path else None
-    fmt = "cpu" if options.device == "cpu" else "python"
 
     async def slot() -> None:
         evaluator = Evaluator(options)
@@ -150,7 +149,7 @@ async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | No
                 path = queue.get_nowait()
                 start = time.perf_counter()
                 task = load_task(path)
-                cand = Candidate(source=reference_as_candidate(task.source), format=fmt)  # type: ignore[arg-type]
+                cand = Candidate(source=reference_as_candidate(task.source), format="python")
                 running = asyncio.ensure_future(evaluator.evaluate(task, cand, use_cache=False))
                 await asyncio.sleep(0.05)  # the job has taken the spare: warm the next one meanwhile
                 evaluator.prewarm()

@@ -10,6 +10,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -197,7 +198,8 @@ def test_cpu_sweep_of_the_20_fastest_problems_judges_every_one_correct(cpu_optio
         sys.path.pop(0)
     paths = sweep.problems(KB, [], CPU20)
     assert len(paths) == 20
-    options = sweep.make_options("cpu", 0, None, 2, cpu_options.cache_dir)
+    options = sweep.make_options("cpu", 0, None, 1, cpu_options.cache_dir)  # 1 trial + the shifted one
+    options = replace(options, timing={**options.timing, "warmup": 1, "trials": 3})  # few timed calls
     rows = asyncio.run(sweep.sweep(paths, options, jobs=2, rows_path=tmp_path / "rows.jsonl", quiet=True))
     assert len(rows) == 20
     bad = [(r["problem"], r["outcome"], r["message"]) for r in rows if not (r["correct"] and r["expected"])]
@@ -227,8 +229,6 @@ def test_gpu_memory_bound_on_a_large_softmax(tmp_path: Path, gpu_options: EvalOp
 
 @pytest.mark.gpu
 def test_gpu_task_that_cannot_fit_the_cap_is_said_before_the_build(tmp_path: Path, gpu_options: EvalOptions) -> None:
-    from dataclasses import replace
-
     from cudaforge.engine.candidate import Candidate
     from cudaforge.engine.task import load_task
 

@@ -163,7 +163,10 @@ def to_device(value: Any, device: Any, float_dtype: Any) -> Any:
 def clone_inputs(inputs: list[Any]) -> list[Any]:
     import torch
 
-    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    from .memory import side
+
+    with side("inputs"):  # an OOM here names the inputs side
+        return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
 def shift_distribution(inputs: list[Any], seed: int) -> list[Any]:

@@ -19,7 +19,7 @@ from typing import Any
 GIB = 1 << 30
 SLACK_BYTES = GIB  # the L2 flush buffer, CUDA/cuBLAS workspaces, compare chunks
 FACTOR = 3  # evaluation peak <= FACTOR x reference peak + SLACK_BYTES
-CHUNK_ELEMENTS = 1 << 23  # compare/fingerprint work in 8M-element slices (32 MB of fp32)
+CHUNK_ELEMENTS = 1 << 24  # fingerprints work in 16M-element slices (a few 128 MB int64 temporaries)
 
 # Which side is allocating right now: named in an out-of-memory message.
 _SIDE: list[str] = ["harness"]
@@ -33,12 +33,20 @@ def side(name: str) -> Iterator[None]:
     _SIDE.append(name)
     try:
         yield
+    except BaseException as exc:
+        if is_oom(exc) and not _OOM_SIDE:  # the innermost side the error passed through
+            _OOM_SIDE.append(name)
+        raise
     finally:
         _SIDE.pop()
 
 
+_OOM_SIDE: list[str] = []
+
+
 def current_side() -> str:
-    return _SIDE[-1]
+    """The side allocating now, or the side an out-of-memory error came from once it has unwound."""
+    return _OOM_SIDE[0] if _OOM_SIDE and _SIDE[-1] == "harness" else _SIDE[-1]
 
 
 def fmt_gib(n: float | int | None) -> str:
