@@ -743,10 +743,13 @@ def _finite_range(t: Any) -> tuple[float, float, int]:
     flat = t.detach().reshape(-1)
     lo, hi, count = float("inf"), float("-inf"), 0
     for start in range(0, flat.numel(), _SLICE):
-        part = flat[start:start + _SLICE].double()
-        part = part[torch.isfinite(part)]
-        if part.numel():
-            lo, hi, count = min(lo, float(part.min())), max(hi, float(part.max())), count + part.numel()
+        part = flat[start:start + _SLICE]
+        finite = torch.isfinite(part)
+        if not bool(finite.all()):
+            part = part[finite]
+        if part.numel():  # min and max of float values are exact in float64: no float64 copy needed
+            low, high = torch.aminmax(part)
+            lo, hi, count = min(lo, float(low)), max(hi, float(high)), count + part.numel()
     return lo, hi, count
 
 
