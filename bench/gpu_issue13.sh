@@ -13,14 +13,16 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/cudaforge-issue13}
 PY=${PYTHON:-python3}
 JOBS=${JOBS:-4}
+SHARD=${SHARD:-1/1}   # e.g. SHARD=1/2 then SHARD=2/2 to split a level over two commands
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 
 sweep() {  # name, extra args...
     local name=$1; shift
+    [ "$SHARD" != 1/1 ] && name="$name-${SHARD/\//of}"
     local t0=$SECONDS
     rm -f "$OUT/$name.rows.jsonl"
-    "$PY" bench/kernelbench_sweep.py --jobs "$JOBS" --json "$OUT/$name.json" --rows "$OUT/$name.rows.jsonl" "$@" \
+    "$PY" bench/kernelbench_sweep.py --jobs "$JOBS" --shard "$SHARD" --json "$OUT/$name.json" --rows "$OUT/$name.rows.jsonl" "$@" \
         > "$OUT/$name.log" 2>&1
     echo "$name: exit $? in $((SECONDS - t0)) s" >> "$OUT/steps.txt"
 }
@@ -47,8 +49,9 @@ fi
 
 echo "== issue 13 summary ($OUT) =="
 cat "$OUT/steps.txt" 2>/dev/null
-for name in level1 level2 level3 level1-24gb; do
-    [ -f "$OUT/$name.log" ] || continue
+for log in "$OUT"/level*.log; do
+    [ -f "$log" ] || continue
+    name=$(basename "$log" .log)
     echo "-- $name: rows not as expected (MISS/SKIP):"
     grep -E '^(MISS|SKIP)' "$OUT/$name.log" | cut -c1-220 | head -20
     grep -A6 '^level ' "$OUT/$name.log" | tail -6

@@ -200,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu", type=int, default=0)
     ap.add_argument("--gpu-memory-gb", type=float, help="cap each worker's device memory (emulate a smaller card)")
     ap.add_argument("--jobs", type=int, default=4, help="evaluations in flight (builds overlap; GPU work is locked)")
-    ap.add_argument("--trials", type=int, default=5, help="correctness trials per problem")
+    ap.add_argument("--trials", type=int, default=3, help="correctness trials per problem (+ the shifted one)")
+    ap.add_argument("--shard", default="1/1", metavar="K/N", help="only every N-th problem, starting at the K-th")
     ap.add_argument("--json", help="write rows and summary as one JSON document here")
     ap.add_argument("--rows", help="append one JSON line per problem here as it finishes")
     ap.add_argument("--cache-dir", help="the Evaluator's cache folder")
@@ -212,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     levels = [int(x) for x in args.levels.split(",") if x.strip()]
     paths = problems(folder, levels, Path(args.list_file) if args.list_file else None)
+    k, n = (int(x) for x in args.shard.split("/"))
+    paths = paths[k - 1::n]
     options = make_options(args.device, args.gpu, args.gpu_memory_gb, args.trials,
                            Path(args.cache_dir) if args.cache_dir else None)
     print(f"sweeping {len(paths)} problems on {args.device}, {args.jobs} in flight"
