@@ -187,8 +187,8 @@ def test_broken_task_is_exit_2_whatever_the_candidate(tmp_path: Path) -> None:
 
 
 @needs_kb
-def test_cpu_sweep_of_the_20_fastest_problems_judges_every_one_correct(cpu_options: EvalOptions,
-                                                                       tmp_path: Path) -> None:
+def test_cpu_sweep_of_the_20_fastest_problems_judges_every_one_correct(cpu_options: EvalOptions, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """bench/kernelbench_sweep.py on the CPU device over bench/kernelbench_cpu20.txt: every reference, renamed
     ModelNew, is correct and then not accepted for no_custom_kernel."""
     sys.path.insert(0, str(REPO / "bench"))
@@ -196,6 +196,7 @@ def test_cpu_sweep_of_the_20_fastest_problems_judges_every_one_correct(cpu_optio
         import kernelbench_sweep as sweep
     finally:
         sys.path.pop(0)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # two workers at once on two cores: one thread each
     paths = sweep.problems(KB, [], CPU20)
     assert len(paths) == 20
     options = sweep.make_options("cpu", 0, None, 1, cpu_options.cache_dir)  # 1 trial + the shifted one
