@@ -320,3 +320,22 @@ def test_cpu_accounting_at_most_two_copies_of_the_inputs_are_alive_during_any_ca
     counts = [(side, int(n)) for side, n in (ln.split() for ln in log.read_text().splitlines())]
     assert {s for s, _ in counts} == {"Model", "ModelNew"} and len(counts) > 20
     assert max(n for _, n in counts) <= 2, " ".join(f"{s[-3:]}{n}" for s, n in counts)
+
+
+def test_memory_section_is_printed_by_eval_and_shown_in_the_correctness_pane() -> None:
+    from cudaforge.engine.report import format_result
+    from cudaforge.engine.results import EvalResult, Memory
+    from cudaforge.tui.widgets.correctness import render_correctness
+    from rich.console import Console
+
+    mem = Memory(reference_peak_bytes=4 * memory.GIB, eval_peak_bytes=9 * memory.GIB, ratio=2.0,
+                 total_bytes=140 * memory.GIB, cap_bytes=24 * memory.GIB)
+    result = EvalResult(outcome="integrity_failure", accepted=False, task_path="t.py", candidate_hash="x",
+                        format="python", device="cuda", memory=mem)
+    line = ("memory: reference peak 4.00 GiB, evaluation peak 9.00 GiB, (peak - 1 GiB) / reference 2.00x "
+            "(bound 3x), card 140.00 GiB, cap 24.00 GiB")
+    assert line in format_result(result)
+    console = Console(width=200, record=True)
+    console.print(render_correctness(result))
+    assert line in console.export_text()
+    assert EvalResult.from_dict(result.to_dict()).memory == mem
