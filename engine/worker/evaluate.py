@@ -563,6 +563,7 @@ def evaluate(spec: dict[str, Any], result: dict[str, Any]) -> None:
     copied = copy_parameters(model, model_new)
     result["copied_parameters"] = copied
     _acquire_gpu(spec)
+    phase("correctness")  # the reference's own peak is the first step of the checks
     memory.measure_reference(lambda: make_inputs(task, int(spec["seed"]), device, _float_dtype(spec["precision"])),
                              lambda inp: _run_reference(model, inp, device), flatten_outputs, mem)
     corr = correctness(spec, task, model, model_new, device, findings)
