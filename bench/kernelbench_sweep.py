@@ -86,6 +86,14 @@ def row_of(path: Path, result: Any, wall_s: float) -> dict[str, Any]:
     }
 
 
+def failed_row(path: Path, message: str, wall_s: float) -> dict[str, Any]:
+    """A problem the sweep could not even submit (the app-side task check refused it)."""
+    return {"problem": name_of(path), "level": path.parent.name, "outcome": "task_error", "correct": False,
+            "expected": False, "does_not_fit": False, "reference_peak_gib": None, "eval_peak_gib": None,
+            "ratio": None, "bound_ok": None, "footprint_gib": None, "load_s": 0.0, "gpu_wait_s": 0.0,
+            "correctness_s": 0.0, "timing_s": 0.0, "wall_s": round(wall_s, 3), "message": message[:300]}
+
+
 def format_row(r: dict[str, Any]) -> str:
     def g(v: Any) -> str:
         return "-" if v is None else f"{v:.2f}"
@@ -148,13 +156,16 @@ async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | No
             while not queue.empty():
                 path = queue.get_nowait()
                 start = time.perf_counter()
-                task = load_task(path)
-                cand = Candidate(source=reference_as_candidate(task.source), format="python")
-                running = asyncio.ensure_future(evaluator.evaluate(task, cand, use_cache=False))
-                await asyncio.sleep(0.05)  # the job has taken the spare: warm the next one meanwhile
-                evaluator.prewarm()
-                result = await running
-                row = row_of(path, result, time.perf_counter() - start)
+                try:
+                    task = load_task(path)
+                    cand = Candidate(source=reference_as_candidate(task.source), format="python")
+                    running = asyncio.ensure_future(evaluator.evaluate(task, cand, use_cache=False))
+                    await asyncio.sleep(0.05)  # the job has taken the spare: warm the next one meanwhile
+                    evaluator.prewarm()
+                    result = await running
+                    row = row_of(path, result, time.perf_counter() - start)
+                except Exception as exc:  # one problem must not end the sweep
+                    row = failed_row(path, f"{type(exc).__name__}: {exc}", time.perf_counter() - start)
                 rows.append(row)
                 if not quiet:
                     print(format_row(row), flush=True)
