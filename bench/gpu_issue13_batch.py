@@ -47,6 +47,11 @@ def largest(folder: Path, count: int) -> list[Path]:
     return [p for _, p in sorted(sizes, key=lambda x: -x[0])[:count]]
 
 
+def _share(source: str, prompt: str) -> float:
+    lines = [ln for ln in source.splitlines() if ln.strip()]
+    return sum(1 for ln in lines if ln in prompt) / max(1, len(lines))
+
+
 def responder_for(tasks: list[Path]):  # -> Callable[[RecordedRequest], Reply]
     sources = {p: p.read_text() for p in tasks}
 
@@ -55,17 +60,20 @@ def responder_for(tasks: list[Path]):  # -> Callable[[RecordedRequest], Reply]
             return Reply(text=json.dumps({"bottleneck": "PyTorch does the work", "method": "write a kernel",
                                           "plan": "a custom kernel for the main operator", "evidence": []}))
         prompt = req.last_user_text
-        # The task whose lines the prompt quotes most.
-        best = max(tasks, key=lambda p: sum(1 for ln in sources[p].splitlines() if ln.strip() and ln in prompt))
-        return Reply(text=f"The reference, as ModelNew.\n\n```python\n{reference_as_candidate(sources[best])}```\n")
+        # The task whose source the prompt quotes (else the one with the largest share of its lines quoted).
+        quoted = [p for p in tasks if sources[p].strip() in prompt]
+        best = quoted[0] if len(quoted) == 1 else max(tasks, key=lambda p: _share(sources[p], prompt))
+        code = reference_as_candidate(sources[best]).rstrip("\n") + "\n"  # the closing fence on its own line
+        return Reply(text=f"The reference, as ModelNew.\n\n```python\n{code}```\n")
 
     return respond
 
 
-async def run(out: Path, tasks: list[Path], gpu_memory_gb: float | None, jobs: int) -> dict[str, Any]:
+async def run(out: Path, tasks: list[Path], gpu_memory_gb: float | None, jobs: int, device: str = "cuda"
+              ) -> dict[str, Any]:
     os.environ[KEY_ENV] = "scripted-not-a-key"
     with ScriptedLLMServer([responder_for(tasks)] * (len(tasks) * 6)) as server:
-        flat: dict[str, Any] = {"eval.device": "cuda", "session.rounds": 1, "session.mode": "auto",
+        flat: dict[str, Any] = {"eval.device": device, "session.rounds": 1, "session.mode": "auto",
                                 "session.format": "nvrtc", "run.folder": str(out / "runs"), "budget.dollars": 10.0,
                                 "ncu.enabled": False, "timing.trials": 5, "timing.min_time_ms": 0.0,
                                 "timing.warmup_ms": 0.0, "timing.host_trials": 3}
@@ -103,11 +111,17 @@ def main() -> int:
     ap.add_argument("--count", type=int, default=10)
     ap.add_argument("--jobs", type=int, default=4)
     ap.add_argument("--gpu-memory-gb", type=float)
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: a smoke test of the script")
+    ap.add_argument("--list", help="problem paths relative to --folder instead of the largest level-1 ones")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    tasks = largest(Path(args.folder), args.count)
-    report = asyncio.run(run(out, tasks, args.gpu_memory_gb, args.jobs))
+    if args.list:
+        tasks = [Path(args.folder) / ln.strip() for ln in Path(args.list).read_text().splitlines()
+                 if ln.strip() and not ln.startswith("#")]
+    else:
+        tasks = largest(Path(args.folder), args.count)
+    report = asyncio.run(run(out, tasks, args.gpu_memory_gb, args.jobs, args.device))
     (out / "batch13.json").write_text(json.dumps(report, indent=1, default=str))
     print(report["summary_table"])
     print(f"\n{'task':40s} {'status':8s} {'outcome':18s} {'ref GiB':>8s} {'peak GiB':>8s} {'ratio':>6s}")
@@ -117,7 +131,8 @@ def main() -> int:
 
         print(f"{r['task'][:40]:40s} {r['status']:8s} {r['outcome']:18s} {g(r['ref_gib']):>8s} {g(r['peak_gib']):>8s} "
               f"{g(r['ratio']):>6s}" + (f"  | {r['message']}" if r["outcome"] not in ("integrity_failure", "ok") else ""))
-    print(f"batch of {len(tasks)} largest level-1 problems, {args.jobs} sessions at once: "
+    print(f"batch of {len(tasks)} problems ({'from --list' if args.list else 'the largest of level 1'}), "
+          f"{args.jobs} sessions at once: "
           f"{report['oom']} oom outcomes, wall {report['wall_s']:.0f} s")
     return 0 if report["oom"] == 0 else 1
 
