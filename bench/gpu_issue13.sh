@@ -32,7 +32,7 @@ sweep() {  # name, extra args...
     [ "$SHARD" != 1/1 ] && name="$name-${SHARD/\//of}"
     local t0=$SECONDS
     rm -f "$OUT/$name.rows.jsonl"
-    "$PY" bench/kernelbench_sweep.py "$KB" --jobs "$JOBS" --shard "$SHARD" --json "$OUT/$name.json" --rows "$OUT/$name.rows.jsonl" "$@" \
+    timeout "${STEP_TIMEOUT:-570}" "$PY" bench/kernelbench_sweep.py "$KB" --jobs "$JOBS" --shard "$SHARD" --json "$OUT/$name.json" --rows "$OUT/$name.rows.jsonl" "$@" \
         > "$OUT/$name.log" 2>&1
     echo "$name: exit $? in $((SECONDS - t0)) s" >> "$OUT/steps.txt"
 }
@@ -45,7 +45,7 @@ step() {
         level1-24gb) sweep level1-24gb --levels 1 --gpu-memory-gb 24 ;;
         batch)
             local t0=$SECONDS
-            "$PY" bench/gpu_issue13_batch.py --folder "$KB" --out "$OUT/batch" > "$OUT/batch.log" 2>&1
+            timeout "${STEP_TIMEOUT:-570}" "$PY" bench/gpu_issue13_batch.py --folder "$KB" --out "$OUT/batch" > "$OUT/batch.log" 2>&1
             echo "batch: exit $? in $((SECONDS - t0)) s" >> "$OUT/steps.txt" ;;
         tests)  # the GPU tests of this issue, and the adversarial ones that must still pass
             local t0=$SECONDS
@@ -70,6 +70,7 @@ for log in "$OUT"/level*.log; do
     echo "-- $name: rows not as expected (MISS/SKIP):"
     grep -E '^(MISS|SKIP)' "$OUT/$name.log" | cut -c1-220 | head -20
     grep -A6 '^level ' "$OUT/$name.log" | tail -6
+    echo "   rows written: $(wc -l < "$OUT/$name.rows.jsonl" 2>/dev/null || echo 0)"
 done
 [ -f "$OUT/batch.log" ] && { echo "-- batch:"; tail -14 "$OUT/batch.log"; }
 [ -f "$OUT/pytest_gpu.txt" ] && { echo "-- GPU tests:"; grep -E "passed|failed|FAILED|Error" "$OUT/pytest_gpu.txt" | tail -8; }
