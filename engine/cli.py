@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--baseline", action="append", choices=("eager", "compile"),
                     help="add a timing baseline (eager is always timed)")
     ev.add_argument("--keep", action="store_true", help="keep the worker's folder (logs, spec) for inspection")
+    add_gpu_memory_flag(ev)
     pr = sub.add_parser("profile", help="profile a candidate's kernels with Nsight Compute and analyze them")
     pr.add_argument("task")
     pr.add_argument("candidate")
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--runs", metavar="DIR", help="where run folders go (default [run] folder: runs)")
     run.add_argument("--jobs", type=int, default=4, help="batch: sessions in flight at once (default 4)")
     _ray_flags(run)
+    add_gpu_memory_flag(run)
     res = sub.add_parser("resume", help="continue a stopped or crashed run (or batch) from its last completed step")
     res.add_argument("run_dir", metavar="RUN")
     _common(res)
@@ -103,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def add_gpu_memory_flag(p: argparse.ArgumentParser) -> None:
+    """`--gpu-memory-gb N` ([run] gpu_memory_gb): shared by `eval`, `run` and `cudaforge-tui`."""
+    p.add_argument("--gpu-memory-gb", type=float, metavar="N",
+                   help="cap each worker's device memory at N GiB (emulates a smaller card; CUDA only)")
+
+
 def _session_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=("review", "auto", "manual"), help="review: ask at each decision point")
     p.add_argument("--auto", action="store_true", help="short for --mode auto")
@@ -125,6 +133,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
                       ("atol", "eval.atol"), ("rtol", "eval.rtol")):
         if getattr(args, name, None) is not None:
             o[key] = getattr(args, name)
+    if getattr(args, "gpu_memory_gb", None) is not None:
+        o["run.gpu_memory_gb"] = args.gpu_memory_gb
     if getattr(args, "baseline", None):
         o["timing.baselines"] = sorted({"eager", *args.baseline})
     for name, key in (("rounds", "session.rounds"), ("target_speedup", "session.target_speedup"),

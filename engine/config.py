@@ -86,6 +86,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "run": {
         "folder": Key("runs", str),
         "cache_dir": Key(None, str, optional=True, doc="build and result caches (default: user cache dir)"),
+        "gpu_memory_gb": Key(None, (int, float), minimum=0, optional=True,
+                             doc="cap a worker's device memory (GiB), e.g. 24 to emulate a 24 GB card; CUDA only"),
     },
     "batch": {
         "backend": Key("local", str, ("local", "ray"), doc="where a batch evaluates: this host, or a Ray cluster"),

@@ -68,6 +68,7 @@ class EvalOptions:
     # the session/CLI opt in (EvalOptions.from_config(config, result_cache=True)).
     result_cache: bool = False
     spare_idle_s: float = DEFAULT_IDLE_S  # how long a pre-warmed spare may wait for its job
+    gpu_memory_gb: float | None = None  # [run] gpu_memory_gb: the worker's device-memory cap (CUDA only)
 
     @classmethod
     def from_config(cls, config: Config, **overrides: Any) -> EvalOptions:
@@ -82,6 +83,7 @@ class EvalOptions:
             cache_dir=Path(cache).expanduser() if cache else default_cache_dir(),
             integrity_policy=dict(config.get("integrity", "policy")),
             speed_of_light_margin=float(config.get("integrity", "speed_of_light_margin")),
+            gpu_memory_gb=config.get("run", "gpu_memory_gb"),
         )
         return replace(opts, **overrides) if overrides else opts
 
@@ -253,6 +255,7 @@ class Evaluator:
             "peak_bandwidth_gbs": o.peak_bandwidth_gbs,
             "speed_of_light_margin": o.speed_of_light_margin,
             "gpu_lock_path": str(gpu_lock_path(o.gpu)) if o.device == "cuda" else None,
+            "gpu_memory_gb": o.gpu_memory_gb,
             "result_path": str(workdir / "result.json"),
             "progress_path": str(workdir / "sandbox" / "progress.json"),
         }

@@ -697,11 +697,26 @@ def _flat(out: Any) -> list[Any]:
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
-def _snapshot(out: Any) -> list[Any]:
-    """Clone the outputs: a candidate may legitimately hand back the same buffer on every call."""
+_SLICE = 1 << 23  # elements per slice of a whole-tensor check (no full-size temporaries)
+
+
+def _mix_in_place(m: Any, v: Any, gen: Any, fraction: float) -> None:
+    """Replace about `fraction` of m's elements by v's, in slices (the mask drawn on the host per slice),
+    and always at least one drawn element."""
     import torch
 
-    return [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in _flat(out)]
+    if not m.is_contiguous():
+        mask = (torch.rand(m.shape, generator=gen) < fraction).to(m.device)
+        mask.view(-1)[int(torch.randint(m.numel(), (1,), generator=gen))] = True
+        m.copy_(torch.where(mask, v.to(m.device), m))
+        return
+    flat, src = m.view(-1), v.reshape(-1).to(m.device)
+    for start in range(0, flat.numel(), _SLICE):
+        n = min(_SLICE, flat.numel() - start)
+        mask = (torch.rand(n, generator=gen) < fraction).to(m.device)
+        flat[start:start + n] = torch.where(mask, src[start:start + n], flat[start:start + n])
+    i = int(torch.randint(flat.numel(), (1,), generator=gen))
+    flat[i] = src[i]
 
 
 def _match(expected: list[Any], got: list[Any], atol: float, rtol: float) -> bool:
@@ -717,29 +732,33 @@ def _match(expected: list[Any], got: list[Any], atol: float, rtol: float) -> boo
         if not isinstance(g, torch.Tensor) or g.shape != e.shape or g.dtype != e.dtype:
             return False
         g = g.to(e.device)
-        if e.is_floating_point() or e.is_complex():
-            work = torch.float64 if e.dtype == torch.float64 else torch.float32
-            if not bool(torch.isclose(g.to(work), e.to(work), rtol=rtol, atol=atol, equal_nan=True).all()):
+        ef, gf = e.detach().reshape(-1), g.detach().reshape(-1)
+        for start in range(0, ef.numel(), _SLICE):
+            es, gs = ef[start:start + _SLICE], gf[start:start + _SLICE]
+            if e.is_floating_point() or e.is_complex():
+                work = torch.float64 if e.dtype == torch.float64 else torch.float32
+                if not bool(torch.isclose(gs.to(work), es.to(work), rtol=rtol, atol=atol, equal_nan=True).all()):
+                    return False
+            elif not torch.equal(gs, es):
                 return False
-        elif not torch.equal(g, e):
-            return False
     return True
 
 
-def _identical(a: list[Any], b: list[Any]) -> bool:
+def _finite_range(t: Any) -> tuple[float, float, int]:
+    """(min, max, count) of t's finite values, in float64, in slices."""
     import torch
 
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b, strict=True):
-        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
-            return False
-        if isinstance(x, torch.Tensor):
-            if x.shape != y.shape or x.dtype != y.dtype or not torch.equal(x, y.to(x.device)):
-                return False
-        elif x != y:
-            return False
-    return True
+    flat = t.detach().reshape(-1)
+    lo, hi, count = float("inf"), float("-inf"), 0
+    for start in range(0, flat.numel(), _SLICE):
+        part = flat[start:start + _SLICE]
+        finite = torch.isfinite(part)
+        if not bool(finite.all()):
+            part = part[finite]
+        if part.numel():  # min and max of float values are exact in float64: no float64 copy needed
+            low, high = torch.aminmax(part)
+            lo, hi, count = min(lo, float(low)), max(hi, float(high)), count + part.numel()
+    return lo, hi, count
 
 
 def check_constant_output(expected: list[Any], got: list[Any]) -> Finding | None:
@@ -756,16 +775,15 @@ def check_constant_output(expected: list[Any], got: list[Any]) -> Finding | None
             continue
         if not (e.is_floating_point() and g.is_floating_point()):
             continue
-        ef = e.detach().double().flatten()
-        ef = ef[torch.isfinite(ef)]
-        if ef.numel() < 2:
+        lo, hi, finite = _finite_range(e)  # in slices: no full-size float64 copy
+        if finite < 2:
             continue
-        spread = float(ef.max() - ef.min())
+        spread = hi - lo
         # A spread that is only denormal noise could flush to zero in an honest kernel.
         if spread <= 1e-30:
             continue
-        gf = g.detach().flatten()
-        if bool((gf == gf[0]).all()):
+        gf = g.detach().reshape(-1)
+        if all(bool((gf[i:i + _SLICE] == gf[0]).all()) for i in range(0, gf.numel(), _SLICE)):
             hits.append({"output": k, "value": float(gf[0]), "reference_spread": spread})
     if not hits:
         return None
@@ -805,26 +823,42 @@ def check_cache_reuse(
     """
     import torch
 
+    from .worker.memory import fingerprint
+
     def clone(values: list[Any]) -> list[Any]:
         return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
 
+    def prints(out: list[Any]) -> list[Any]:
+        # The exact content of an output without keeping a copy of it (a candidate may hand back the same
+        # buffer on every call, so the tensor itself would change under us).
+        return [fingerprint(v) if isinstance(v, torch.Tensor) else v for v in out]
+
+    # Memory (engine/worker/memory.py): at most two input sets and three outputs are alive at once; the
+    # candidate's previous output is kept as a fingerprint, the reference runs on the draw itself.
     findings: list[Finding] = []
     a = make_inputs(seed)
     work = clone(a)
-    out_prev = _snapshot(run_candidate(work))
-    ref_prev = _snapshot(run_reference(clone(a)))
-    if not _match(ref_prev, out_prev, atol, rtol):
+    first = _flat(run_candidate(work))
+    ref_prev = _flat(run_reference(a))
+    del a
+    if not _match(ref_prev, first, atol, rtol):
         return findings  # wrong to begin with: the correctness trials are the judge of that
-    constant = check_constant_output(ref_prev, out_prev)
+    constant = check_constant_output(ref_prev, first)
+    out_prev = prints(first)
+    del first
+    last_constant: list[Finding | None] = [constant]
 
     def probe(name: str, values: list[Any], inputs: list[Any], severity_other: Severity) -> bool:
         nonlocal out_prev, ref_prev
-        got = _snapshot(run_candidate(inputs))
-        ref = _snapshot(run_reference(clone(values)))
+        got = _flat(run_candidate(inputs))
+        got_print = prints(got)
+        ref = _flat(run_reference(values))
         ok = _match(ref, got, atol, rtol)
+        last_constant[0] = check_constant_output(ref, got)
+        del got
         evidence = {"probe": name, "seed": seed}
         if not ok:
-            if _identical(got, out_prev) and not _match(ref, ref_prev, atol, rtol):
+            if got_print == out_prev and not _match(ref, ref_prev, atol, rtol):
                 findings.append(Finding("result_cache", "fail",
                                         f"with new input values ({name.replace('_', ' ')}) the candidate returned "
                                         "exactly its previous output: results are cached across calls",
@@ -834,20 +868,22 @@ def check_cache_reuse(
                                         f"wrong result on a later call with new input values "
                                         f"({name.replace('_', ' ')}), though earlier calls were correct",
                                         {**evidence, "stale": False}))
-        out_prev, ref_prev = got, ref
+        out_prev, ref_prev = got_print, ref
         return ok
 
     b = make_inputs(seed + 1)
-    same_shapes = len(a) == len(b) and all(
+    same_shapes = len(work) == len(b) and all(
         not isinstance(x, torch.Tensor) or (isinstance(y, torch.Tensor) and x.shape == y.shape and x.dtype == y.dtype)
-        for x, y in zip(a, b, strict=True))
+        for x, y in zip(work, b, strict=True))
     if same_shapes and _tensors(work):
         with torch.no_grad():
             for w, v in zip(work, b, strict=True):
                 if isinstance(w, torch.Tensor):
                     w.data.copy_(v)  # through .data: same memory, version counter untouched
         ok = probe("same_memory", b, work, "fail")
-        current = b
+        # The sparse mixes start from b as the reference left it: both sides then see the same values.
+        mixed = b
+        del b
         gen = torch.Generator(device="cpu").manual_seed(seed)
         # Up to SPARSE_ROUNDS sparse changes with independent masks: a cache validated by k sampled
         # elements survives one with probability (1 - sparse_fraction)^k, all of them with its cube.
@@ -855,13 +891,10 @@ def check_cache_reuse(
             if not ok:
                 break
             d = make_inputs(seed + 2 + round_)
-            mixed = clone(current)
             changed = False
-            for i, (m, v) in enumerate(zip(mixed, d, strict=True)):
+            for m, v in zip(mixed, d, strict=True):
                 if isinstance(m, torch.Tensor) and m.is_floating_point() and m.numel() > 0:
-                    mask = (torch.rand(m.shape, generator=gen) < sparse_fraction).to(m.device)
-                    mask.view(-1)[int(torch.randint(m.numel(), (1,), generator=gen))] = True
-                    mixed[i] = torch.where(mask, v, m)
+                    _mix_in_place(m, v, gen, sparse_fraction)
                     changed = True
             del d
             if not changed:
@@ -871,11 +904,16 @@ def check_cache_reuse(
                     if isinstance(w, torch.Tensor):
                         w.data.copy_(v)
             ok = probe("same_memory_sparse", mixed, work, "warn")
-            current = mixed
+        del mixed
+    else:
+        del b
+    del work
+    w = v = m = None  # the loops' names would keep the last input sets alive
     fresh = make_inputs(seed + 2)
     probe("new_memory", fresh, clone(fresh), "fail")
+    del fresh
     if constant is None:
-        constant = check_constant_output(ref_prev, out_prev)
+        constant = last_constant[0]
     if constant is not None:
         findings.append(constant)
     # One finding per name: the first (most telling) probe's.

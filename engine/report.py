@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .results import NO_SPEED_CLAIM, EvalResult, TimingStats
+from .results import NO_SPEED_CLAIM, EvalResult, Memory, TimingStats
 
 TICK, CROSS = "PASS", "FAIL"
 
@@ -54,6 +54,9 @@ def format_result(r: EvalResult, *, log_lines: int = 40) -> str:
         lines.append("kernels launched by the candidate:")
         for kl in r.kernels[:10]:
             lines.append(f"  {'custom ' if kl.custom else 'library'} {kl.count:4d}x {kl.share:6.1%}  {kl.name[:90]}")
+    mem_line = format_memory(r.memory) if r.memory is not None else ""
+    if mem_line:
+        lines.append(mem_line)
     if r.findings:
         lines.append("integrity findings:")
         for f in r.findings:
@@ -70,3 +73,31 @@ def format_result(r: EvalResult, *, log_lines: int = 40) -> str:
     if r.phases:
         lines.append("phases: " + ", ".join(f"{k} {v:.2f}s" for k, v in r.phases.items() if v >= 0.005))
     return "\n".join(lines)
+
+
+def format_memory(m: Memory) -> str:
+    """One line: the reference's own peak, the evaluation's, their ratio, the card (and cap); or why the
+    task does not fit. Shared by `cudaforge eval` and the Correctness pane."""
+    if m.message:
+        return f"memory: {m.message}"
+    parts = []
+    if m.reference_peak_bytes is not None:
+        parts.append(f"reference peak {_gib(m.reference_peak_bytes)}")
+    if m.eval_peak_bytes is not None:
+        parts.append(f"evaluation peak {_gib(m.eval_peak_bytes)}")
+    if m.ratio is not None:
+        parts.append(f"(peak - 1 GiB) / reference {m.ratio:.2f}x (bound 3x)")
+    if m.total_bytes is not None:
+        parts.append(f"card {_gib(m.total_bytes)}")
+    if m.cap_bytes:
+        parts.append(f"cap {_gib(m.cap_bytes)}")
+    if not parts and m.footprint_bytes is not None:
+        parts.append(f"footprint {_gib(m.footprint_bytes)} (inputs + outputs + parameters)")
+    line = "memory: " + ", ".join(parts) if parts else ""
+    if m.note:
+        line = (line + "; " if line else "memory: ") + m.note
+    return line
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"

@@ -42,10 +42,10 @@ CACHEABLE_OUTCOMES = frozenset({"ok", "compile_error", "wrong_result"})
 KEY_VERSION = 1
 # The evaluation settings that change what a result says (timeouts, paths and limits do not).
 EVAL_RELEVANT = ("device", "precision", "trials", "seed", "atol", "rtol", "second_distribution", "timing",
-                 "integrity_policy", "speed_of_light_margin", "peak_bandwidth_gbs")
+                 "integrity_policy", "speed_of_light_margin", "peak_bandwidth_gbs", "gpu_memory_gb")
 _ENGINE = Path(__file__).resolve().parent
 _CODE_FILES = ("worker/harness.py", "worker/evaluate.py", "worker/compare.py", "worker/checks.py", "integrity.py",
-               "results.py", "nvrtc.py", "evaluator.py", "worker/triton_support.py")
+               "results.py", "nvrtc.py", "evaluator.py", "worker/triton_support.py", "worker/memory.py")
 
 
 def _canonical(value: Any) -> Any:

@@ -150,6 +150,31 @@ class WorkerExit:
 
 
 @dataclass(frozen=True)
+class Memory:
+    """Device memory of one evaluation (bytes, from PyTorch's allocator; None off CUDA).
+
+    The design's bound: (eval_peak_bytes - 1 GiB) <= 3 x reference_peak_bytes. The footprint (inputs +
+    outputs + parameters, counted on the meta device) decides before the build whether the task fits."""
+
+    reference_peak_bytes: int | None = None  # one reference call with its inputs, outputs and parameters
+    eval_peak_bytes: int | None = None  # the whole evaluation
+    ratio: float | None = None  # (eval peak - 1 GiB) / reference peak
+    total_bytes: int | None = None  # the card's total
+    cap_bytes: int | None = None  # [run] gpu_memory_gb, when set
+    free_bytes: int | None = None  # free on the card when the task was checked
+    footprint_bytes: int | None = None
+    input_bytes: int | None = None
+    output_bytes: int | None = None
+    param_bytes: int | None = None
+    needed_bytes: int | None = None  # 3 x footprint + 1 GiB
+    fits: bool | None = None
+    reason: str = ""  # why the footprint is incomplete (a task that cannot run on the meta device)
+    message: str = ""  # the "does not fit" line
+    note: str = ""  # e.g. the cap ignored on the CPU device
+    reference_call_s: float | None = None  # the measured reference call's wall time
+
+
+@dataclass(frozen=True)
 class EvalResult:
     outcome: Outcome
     accepted: bool
@@ -173,6 +198,7 @@ class EvalResult:
     numerics: dict[str, Any] = field(default_factory=dict)  # TF32 flags of reference and baseline
     seeds: tuple[int, ...] = ()
     cached: bool = False
+    memory: Memory | None = None
 
     @property
     def speedup(self) -> float | None:

@@ -178,7 +178,7 @@ class WorkbenchApp(App[int]):
     def _load_config(self) -> None:
         """Configuration errors are shown, not raised: the app opens so the person can read them."""
         overrides = {"eval.device": self.spec.device, "eval.gpu": self.spec.gpu, "session.rounds": self.spec.rounds,
-                     "run.folder": self.spec.run_root}
+                     "run.folder": self.spec.run_root, "run.gpu_memory_gb": self.spec.gpu_memory_gb}
         try:
             self.config = load_config(self.spec.config_file, overrides, cwd=self.cwd,
                                       use_user_config=self.spec.use_user_config)
@@ -295,6 +295,8 @@ class WorkbenchApp(App[int]):
             case SessionStopped():
                 self._log(f"session stopped ({event.reason}): {event.message}", "warning" if event.reason not in (
                     "max_rounds", "target_speedup", "plateau") else "info")
+                if event.reason == "does_not_fit":  # said once, before any candidate (issue 13)
+                    self.notify(event.message, severity="error", timeout=12)
                 if event.resumable and self.model.run_dir:
                     self._log(f"resume with: cudaforge-tui --resume {self.model.run_dir}")
             case _:

@@ -23,6 +23,7 @@ class LaunchSpec:
     rounds: int | None = None
     run_root: str | None = None
     use_user_config: bool = True
+    gpu_memory_gb: float | None = None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", type=int, metavar="N")
     p.add_argument("--rounds", type=int, metavar="N")
     p.add_argument("--runs", dest="run_root", metavar="DIR", help="folder for new run folders (default [run] folder)")
+    p.add_argument("--gpu-memory-gb", type=float, metavar="N",
+                   help="cap each worker's device memory at N GiB (emulates a smaller card; CUDA only)")
     p.add_argument("--no-user-config", action="store_true", help="ignore ~/.config/cudaforge/cudaforge.toml")
     return p
 
@@ -60,4 +63,4 @@ def parse_args(argv: list[str]) -> LaunchSpec | int:
         return EXIT_BAD_INPUT
     return LaunchSpec(task=ns.task, resume=ns.resume, open_run=ns.open_run, config_file=ns.config_file,
                       mode=ns.mode, device=ns.device, gpu=ns.gpu, rounds=ns.rounds, run_root=ns.run_root,
-                      use_user_config=not ns.no_user_config)
+                      use_user_config=not ns.no_user_config, gpu_memory_gb=ns.gpu_memory_gb)

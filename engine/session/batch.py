@@ -98,7 +98,7 @@ def visible_gpus() -> int:
 @dataclass(frozen=True)
 class TaskOutcome:
     task: str
-    status: str  # pending | running | done | failed
+    status: str  # pending | running | done | failed | skipped (does not fit this card)
     run_dir: str | None = None
     correct: bool = False
     best_speedup: float | None = None
@@ -152,7 +152,8 @@ def format_summary(summary: BatchSummary) -> str:
         sp = f"{r.best_speedup:.2f}x" if r.best_speedup is not None else "-"
         lines.append(f"{Path(r.task).parent.name + '/' + Path(r.task).name if Path(r.task).name == 'task.py' else Path(r.task).name:<28.28} "
                      f"{r.status:<8} {'yes' if r.correct else 'no':<8} {sp:>8} {r.rounds:>6} {r.tokens:>8} "
-                     f"{r.dollars:>7.3f} {r.wall_s:>6.0f}s  {r.stop_reason}")
+                     f"{r.dollars:>7.3f} {r.wall_s:>6.0f}s  "
+                     f"{'skipped: does not fit this card' if r.status == 'skipped' else r.stop_reason}")
     geo = f"{summary.geomean_speedup:.3f}x" if summary.geomean_speedup is not None else "-"
     fast = "  ".join(f"{k}={v:.0%}" for k, v in summary.fast_p.items())
     lines.append("")
@@ -309,6 +310,10 @@ def _outcome(row: TaskOutcome, run_dir: Path, reason: str, message: str, *, prio
     state = store.state
     calls = store.calls()
     best = state.get("best_speedup")
+    if reason == "does_not_fit":  # said once for the task; counts as not correct (fast_p over all tasks)
+        return replace(row, status="skipped", run_dir=str(run_dir), correct=False, best_speedup=None,
+                       wall_s=prior_s, stop_reason=reason, message=f"skipped: does not fit this card ({message})",
+                       gpu=gpu)
     return replace(row, status="done", run_dir=str(run_dir), correct=state.get("best_round") is not None,
                    best_speedup=best,
                    best_round=state.get("best_round"), rounds=int(state.get("rounds_done", 0)),

@@ -19,7 +19,7 @@ DecisionPoint = Literal["candidate", "recommendation"]
 DecisionAction = Literal["approve", "edit", "regenerate", "stop", "branch"]
 StopReason = Literal[
     "max_rounds", "target_speedup", "plateau", "budget_dollars", "budget_tokens", "budget_wall",
-    "stopped_by_user", "no_candidate", "error", "cancelled",
+    "stopped_by_user", "no_candidate", "error", "cancelled", "does_not_fit",
 ]
 
 

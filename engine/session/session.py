@@ -213,6 +213,9 @@ class Session:
                     await asyncio.shield(aclose())
 
     async def _loop(self) -> SessionStopped:
+        too_big = await self._does_not_fit()
+        if too_big:
+            return self._finish("does_not_fit", too_big)
         n = 1
         while True:
             meta = self.store.get(n, "round")
@@ -226,6 +229,19 @@ class Session:
             except _Stop as stop:
                 return self._finish(stop.reason, stop.message)
             n += 1
+
+    async def _does_not_fit(self) -> str:
+        """The task cannot fit the card (engine/fit.py): said once, before the Coder writes a candidate."""
+        options = getattr(self.evaluator, "options", None)
+        if options is None or getattr(options, "device", "cpu") != "cuda":
+            return ""
+        from ..fit import check_task_fit
+
+        try:
+            fit = await check_task_fit(self.task.path, options)
+        except Exception:  # the worker checks again before every build
+            return ""
+        return fit.message if fit is not None and not fit.fits else ""
 
     def _check_policies(self, n: int) -> None:
         p, prog = self.policy, self.progress

@@ -327,6 +327,9 @@ def clock_findings(pairs: Mapping[str, tuple[float, float]]) -> list[Finding]:
 # ------------------------------------------------------------------ weak task check
 
 
+_PROBE_CHUNK = 1 << 24  # elements per slice (128 MiB in float64)
+
+
 class FixedValueProbe:
     """Whether one fixed value per float output, the same in every trial, would pass every trial.
 
@@ -351,12 +354,15 @@ class FixedValueProbe:
             self.possible = False
             return
         for k, t in floats.items():
-            e = t.detach().double().flatten()
-            if not bool(torch.isfinite(e).all()):
-                self.possible = False
-                return
-            tol = self.atol + self.rtol * e.abs()
-            lo, hi = float((e - tol).max()), float((e + tol).min())
+            lo, hi = float("-inf"), float("inf")
+            flat = t.detach().reshape(-1)
+            for start in range(0, flat.numel(), _PROBE_CHUNK):  # in slices: no full-size temporaries
+                e = flat[start:start + _PROBE_CHUNK].double()
+                if not bool(torch.isfinite(e).all()):
+                    self.possible = False
+                    return
+                tol = self.atol + self.rtol * e.abs()
+                lo, hi = max(lo, float((e - tol).max())), min(hi, float((e + tol).min()))
             old = self.bounds.get(k)
             if old is not None:
                 lo, hi = max(lo, old[0]), min(hi, old[1])

@@ -8,6 +8,8 @@ import torch
 
 from ..results import OutputCheck, WorstElement
 
+_CHUNK = 1 << 24  # elements per compared slice: ~0.4 GiB of fp32 temporaries at most (engine/worker/memory.py)
+
 DEFAULT_TOLERANCE = {"fp32": (1e-4, 1e-4), "fp16": (1e-2, 1e-2), "bf16": (2e-2, 2e-2)}
 
 
@@ -40,12 +42,54 @@ def compare_output(index: int, expected: Any, got: Any, atol: float, rtol: float
         return OutputCheck(passed=True, numel=0, **base)
     exact = not (expected.is_floating_point() or expected.is_complex())
     work = torch.float64 if (exact or expected.dtype == torch.float64) else torch.float32
-    e = expected.detach().to(work)
-    g = got.detach().to(work)
+    # In slices: full-size float temporaries (diff, masks, copies) would each cost the output's size again.
+    ef, gf = expected.detach().reshape(-1), got.detach().reshape(-1)
+    mismatches = nonfinite = 0
+    max_abs = max_rel = 0.0
+    top_vals: list[Any] = []
+    top_idx: list[Any] = []
+    for start in range(0, numel, _CHUNK):
+        part = _compare_slice(ef[start:start + _CHUNK].to(work), gf[start:start + _CHUNK].to(work), exact, atol, rtol)
+        mismatches += part[0]
+        nonfinite += part[1]
+        max_abs = max(max_abs, part[2])
+        max_rel = max(max_rel, part[3])
+        if part[2] > 0:
+            k = min(worst_k, part[4].numel())
+            values, idx = part[4].topk(k)
+            top_vals.append(values)
+            top_idx.append(idx + start)
+    if max_abs == 0:
+        max_rel = 0.0
+    if mismatches and nonfinite:
+        max_rel = float("inf")
+    worst: list[WorstElement] = []
+    if max_abs > 0:
+        vals, idxs = torch.cat(top_vals), torch.cat(top_idx)
+        k = min(worst_k, numel, vals.numel())
+        order = vals.topk(k).indices
+        for v, fi in zip(vals[order].tolist(), idxs[order].tolist(), strict=True):
+            if v == 0:
+                break
+            idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(fi), expected.shape))
+            worst.append(WorstElement(index=idx, expected=float(ef[fi].to(work)), got=float(gf[fi].to(work)),
+                                      abs_err=float(v)))
+    finite_all = nonfinite == 0
+    reason = ""
+    if mismatches:
+        reason = f"{mismatches} of {numel} elements outside atol={atol:g} rtol={rtol:g}"
+        if nonfinite:
+            reason += f" ({nonfinite} non-finite)"
+    return OutputCheck(passed=mismatches == 0, max_abs_err=max_abs, max_rel_err=max_rel, mismatches=mismatches,
+                       numel=numel, nonfinite_got=0 if finite_all else nonfinite, worst=tuple(worst), reason=reason, **base)
+
+
+def _compare_slice(e: Any, g: Any, exact: bool, atol: float, rtol: float) -> tuple[int, int, float, float, Any]:
+    """One slice: (mismatches, non-finite in got, max abs err, max rel err, abs err per element)."""
     if exact:
         bad = g != e
         diff = (g - e).abs()
-        finite_g = torch.ones_like(bad)
+        finite_g = None
     else:
         finite_g = torch.isfinite(g)
         finite_e = torch.isfinite(e)
@@ -59,27 +103,9 @@ def compare_output(index: int, expected: Any, got: Any, atol: float, rtol: float
             diff = torch.where(both_finite, diff, torch.full_like(diff, float("inf")))
             diff = torch.where(same_nonfinite, torch.zeros_like(diff), diff)
     mismatches = int(bad.sum())
+    nonfinite = 0 if finite_g is None else int((~finite_g).sum())
     max_abs = float(diff.max())
     finite_diff = torch.where(torch.isfinite(diff), diff, torch.zeros_like(diff))
     max_rel = float((finite_diff / e.abs().clamp_min(1e-12)).max()) if max_abs > 0 else 0.0
-    if mismatches and not bool(finite_g.all()):
-        max_rel = float("inf")
-    worst: list[WorstElement] = []
-    if max_abs > 0:
-        k = min(worst_k, numel)
-        values, flat_idx = diff.flatten().topk(k)
-        ef, gf = e.flatten(), g.flatten()
-        for v, fi in zip(values.tolist(), flat_idx.tolist(), strict=True):
-            if v == 0:
-                break
-            idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(fi), expected.shape))
-            worst.append(WorstElement(index=idx, expected=float(ef[fi]), got=float(gf[fi]), abs_err=float(v)))
-    reason = ""
-    if mismatches:
-        nonfinite = int((~finite_g).sum())
-        reason = f"{mismatches} of {numel} elements outside atol={atol:g} rtol={rtol:g}"
-        if nonfinite:
-            reason += f" ({nonfinite} non-finite)"
-    return OutputCheck(passed=mismatches == 0, max_abs_err=max_abs, max_rel_err=max_rel, mismatches=mismatches,
-                       numel=numel, nonfinite_got=int((~finite_g).sum()), worst=tuple(worst), reason=reason, **base)
+    return mismatches, nonfinite, max_abs, max_rel, diff
 

@@ -13,7 +13,7 @@ from typing import Any
 from ..integrity import check_cache_reuse, source_findings
 from ..results import Finding, to_dict
 from . import checks as runtime_checks
-from . import triton_support
+from . import memory, triton_support
 from .compare import DEFAULT_TOLERANCE, compare_output, flatten_outputs
 from .harness import (
     REAL_CLOCKS,
@@ -51,8 +51,9 @@ def classify_exception(exc: BaseException, where: str) -> CandidateFailure:
     name = type(exc).__name__
     text = f"{name}: {exc}"
     first_line = text.strip().splitlines()[0][:300] if text.strip() else name
-    if name == "OutOfMemoryError" or "out of memory" in text.lower():
-        return CandidateFailure("oom", f"out of memory during {where}: {first_line}", tb=tb)
+    if memory.is_oom(exc):
+        side = "candidate" if "ModelNew" in where else None
+        return CandidateFailure("oom", memory.oom_message(exc, where, side), tb=tb)
     if _CUDA_ERROR.search(text) or name == "AcceleratorError":
         return CandidateFailure("cuda_error", f"CUDA error during {where}: {first_line}", tb=tb)
     return CandidateFailure("runtime_error", f"{first_line} (during {where})", tb=tb)
@@ -106,6 +107,8 @@ def load_task(spec: dict[str, Any], device: Any) -> tuple[Any, list[Any], Any]:
     phase("load_task")
     try:
         task = import_file(spec["task_path"], "cudaforge_task")
+    except ModuleNotFoundError as exc:
+        raise CandidateFailure("unavailable", memory.missing_module_message(spec["task_path"], exc)) from None
     except Exception as exc:
         raise TaskFailure(f"{spec['task_path']}: importing the task raised {type(exc).__name__}: {exc}") from exc
     for name in ("Model", "get_inputs", "get_init_inputs"):
@@ -245,8 +248,10 @@ def correctness(spec: dict[str, Any], task: Any, model: Any, model_new: Any, dev
         inputs = make_inputs(task, seed, device, float_dtype)
         if dist == "shifted":
             inputs = shift_distribution(inputs, seed)
-        originals = clone_inputs(inputs)
-        ref_in, cand_in = clone_inputs(inputs), clone_inputs(inputs)
+        # The reference works on the draw itself, the candidate on one clone; the draw's fingerprint
+        # stands in for a third copy (engine/worker/memory.py).
+        original_prints = [memory.fingerprint(x) if isinstance(x, torch.Tensor) else None for x in inputs]
+        ref_in, cand_in = inputs, clone_inputs(inputs)
         order = "reference_first" if i % 2 == 0 else "candidate_first"
         set_reference_numerics()
         if order == "reference_first":
@@ -259,6 +264,7 @@ def correctness(spec: dict[str, Any], task: Any, model: Any, model_new: Any, dev
             got_raw = _run_candidate(model_new, cand_in, device)
             ref_out = _run_reference(model, ref_in, device)
             expected = flatten_outputs(ref_out)
+            del ref_out  # `expected` holds the outputs; nothing of this trial may outlive it
         got = flatten_outputs(got_raw)
         if len(got) != len(expected):
             raise CandidateFailure("wrong_result", f"ModelNew returned {len(got)} outputs, the reference {len(expected)}")
@@ -267,12 +273,13 @@ def correctness(spec: dict[str, Any], task: Any, model: Any, model_new: Any, dev
                 subclass_types.add(type(t).__name__)
         checks = tuple(compare_output(k, e, g, atol, rtol) for k, (e, g) in enumerate(zip(expected, got, strict=True)))
         # Input mutation: compare what each side did to its own copy of the inputs.
-        for k, (orig, r, c) in enumerate(zip(originals, ref_in, cand_in, strict=True)):
-            if isinstance(orig, torch.Tensor):
-                cand_changed = not torch.equal(orig, c)
-                ref_changed = not torch.equal(orig, r)
-                if cand_changed and not ref_changed:
+        for k, (orig, r, c) in enumerate(zip(original_prints, ref_in, cand_in, strict=True)):
+            if orig is not None:
+                ref_changed = memory.fingerprint(r) != orig
+                # With the reference's copy unchanged it equals the original: compare the candidate's to it exactly.
+                if not ref_changed and not memory.bits_equal(r, c):
                     mutated.add(k)
+        r = c = None  # the loop's names would keep this trial's inputs alive into the next
         if _storage_ptrs(got) & _storage_ptrs(cand_in) and not (_storage_ptrs(expected) & _storage_ptrs(ref_in)):
             aliased = True
         if dist == "task":
@@ -283,7 +290,8 @@ def correctness(spec: dict[str, Any], task: Any, model: Any, model_new: Any, dev
             prev = worst.get(c.index)
             if prev is None or (prev.passed and not c.passed) or (prev.passed == c.passed and c.max_abs_err > prev.max_abs_err):
                 worst[c.index] = c
-        del got, got_raw, expected, inputs, originals, ref_in, cand_in
+        del got, got_raw, expected, inputs, ref_in, cand_in, checks
+        memory.release()
     if mutated:
         findings.append(Finding("input_mutation", "fail", f"the candidate changed input(s) {sorted(mutated)} "
                                 "that the reference leaves unchanged", {"inputs": sorted(mutated)}))
@@ -305,10 +313,16 @@ def correctness(spec: dict[str, Any], task: Any, model: Any, model_new: Any, dev
 def _run_reference(model: Any, inputs: list[Any], device: Any) -> Any:
     import torch
 
-    with torch.no_grad():
-        out = model(*inputs)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    try:
+        with torch.no_grad():
+            out = model(*inputs)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    except Exception as exc:
+        if memory.is_oom(exc):
+            raise CandidateFailure("oom", memory.oom_message(exc, "Model.forward", "reference"),
+                                   tb=traceback.format_exc()) from None
+        raise
     return out
 
 
@@ -406,8 +420,7 @@ def timing(spec: dict[str, Any], task: Any, model: Any, model_new: Any, device: 
             compiled = torch.compile(model)
             for _ in range(3):
                 _call(compiled, draws[0])
-            comp_in = clone_inputs(inputs)
-            fns["compile"] = lambda: _call(compiled, comp_in)
+            fns["compile"] = lambda: _call(compiled, draws[0])  # the reference's own inputs: no third copy
         except Exception as exc:
             compiled_note = f"torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}"
         phase("timing")
@@ -485,9 +498,12 @@ def _speed_of_light(spec: dict[str, Any], inputs: list[Any], model: Any, cand_ms
     bandwidth = spec.get("peak_bandwidth_gbs")
     if device.type != "cuda" or not bandwidth:
         return
-    with torch.no_grad():
-        out = flatten_outputs(model(*clone_inputs(inputs)))
-    nbytes = sum(t.numel() * t.element_size() for t in inputs + out if isinstance(t, torch.Tensor))
+    if memory.REFERENCE_IO:  # measured once already: no second reference call with its own copies
+        nbytes = memory.REFERENCE_IO["input_bytes"] + memory.REFERENCE_IO["output_bytes"]
+    else:
+        with torch.no_grad():
+            out = flatten_outputs(model(*clone_inputs(inputs)))
+        nbytes = sum(t.numel() * t.element_size() for t in inputs + out if isinstance(t, torch.Tensor))
     floor_ms = nbytes / (bandwidth * 1e9) * 1e3
     margin = float(spec.get("speed_of_light_margin", 1.0))
     if cand_ms * margin < floor_ms:
@@ -550,6 +566,17 @@ def _harness_identity() -> dict[str, int]:
 _HELD_LOCKS: list[Any] = []
 
 
+def release_gpu() -> None:
+    """Free this worker's device memory, then let the GPU lock go: the next evaluation must find the card
+    free. Memory the candidate still holds (a module-level cache) goes with the process: the lock then
+    stays held until the worker exits."""
+    memory.release()
+    if memory.held_bytes() > memory.SLACK_BYTES // 4:
+        return
+    while _HELD_LOCKS:
+        _HELD_LOCKS.pop().release()
+
+
 def _acquire_gpu(spec: dict[str, Any]) -> None:
     """Take the per-GPU file lock after the build, so builds run in parallel but GPU work never overlaps."""
     path = spec.get("gpu_lock_path")
@@ -579,6 +606,9 @@ def evaluate(spec: dict[str, Any], result: dict[str, Any]) -> None:
     device = _device(spec)
     if device.type == "cuda":
         result["gpu_name"] = torch.cuda.get_device_name(device)
+    mem = result.setdefault("memory", {})
+    mem["note"] = memory.apply_cap(spec, device)
+    memory.reset_peak()
     recorder = BuildRecorder(Path(spec["cache_dir"]) / "extensions" if spec.get("cache_dir") else None)
     recorder.install()
     identity = _harness_identity()
@@ -588,6 +618,7 @@ def evaluate(spec: dict[str, Any], result: dict[str, Any]) -> None:
     source_checks = source_findings(Path(spec["candidate_path"]).read_text(encoding="utf-8"),
                                     Path(spec["task_path"]).read_text(encoding="utf-8"), precision=spec["precision"])
     task, init, model = load_task(spec, device)
+    memory.check_task(spec, task, init, device, _float_dtype(spec["precision"]), mem)  # before the candidate
     model_new, build = build_candidate(spec, recorder, task, init, device)
     result["compile"] = {"ok": True, "format": spec.get("format", ""), **build}
     static_findings(task, sys.modules.get("cudaforge_candidate"), findings)
@@ -595,10 +626,15 @@ def evaluate(spec: dict[str, Any], result: dict[str, Any]) -> None:
     copied = copy_parameters(model, model_new)
     result["copied_parameters"] = copied
     _acquire_gpu(spec)
+    phase("correctness")  # the reference's own peak is the first step of the checks
+    memory.measure_reference(lambda: make_inputs(task, int(spec["seed"]), device, _float_dtype(spec["precision"])),
+                             lambda inp: _run_reference(model, inp, device), flatten_outputs, mem)
     corr = correctness(spec, task, model, model_new, device, findings)
     result["correctness"] = corr
     inputs = make_inputs(task, int(spec["seed"]), device, _float_dtype(spec["precision"]))
     result["kernels"] = check_custom_code(spec, recorder, model_new, inputs, device, findings)
+    del inputs
+    memory.release()
     extra_threads = thread_names() - threads_before
     if not corr["passed"]:
         result["findings"] = [to_dict(f) for f in findings]
@@ -618,6 +654,7 @@ def evaluate(spec: dict[str, Any], result: dict[str, Any]) -> None:
         lambda inp: _run_candidate(model_new, inp, device), lambda inp: _run_reference(model, inp, device),
         lambda seed: make_inputs(task, seed, device, _float_dtype(spec["precision"])),
         atol=corr["atol"], rtol=corr["rtol"], seed=int(spec["seed"]) + 20_000))
+    memory.release()
     result["timing"] = timing({**spec, "timed_atol": corr["atol"], "timed_rtol": corr["rtol"]}, task, model, model_new,
                               device, findings, default_numerics)
     set_reference_numerics()

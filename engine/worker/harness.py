@@ -177,7 +177,10 @@ def to_device(value: Any, device: Any, float_dtype: Any) -> Any:
 def clone_inputs(inputs: list[Any]) -> list[Any]:
     import torch
 
-    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    from .memory import side
+
+    with side("inputs"):  # an OOM here names the inputs side
+        return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
 def shift_distribution(inputs: list[Any], seed: int) -> list[Any]:
@@ -187,7 +190,22 @@ def shift_distribution(inputs: list[Any], seed: int) -> list[Any]:
     gens: dict[str, Any] = {}
     out = []
     for x in inputs:
-        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 0:
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 0 and x.is_contiguous() \
+                and x.dtype == torch.float32:
+            # In place and in slices: the draw is ours, and full-size temporaries cost its size again each.
+            key = str(x.device)
+            if key not in gens:
+                gens[key] = torch.Generator(device=x.device).manual_seed(seed)
+            flat = x.view(-1)
+            step = 1 << 23
+            for start in range(0, flat.numel(), step):
+                part = flat[start:start + step]
+                part.mul_(2.0).add_(0.5)
+                mask = torch.rand(part.shape, generator=gens[key], device=x.device) < 0.001
+                part[mask] *= 8.0
+                del mask
+            out.append(x)
+        elif isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 0:
             y = x.float() * 2.0 + 0.5
             key = str(y.device)
             if key not in gens:  # drawn where the tensor lives: no host-side pass over large inputs
@@ -210,13 +228,17 @@ def make_inputs(task: types.ModuleType, seed: int, device: Any, float_dtype: Any
     waited for, so no pending work spills into what is measured next."""
     import torch
 
+    from .memory import is_oom, side
+
     raw = None
     if getattr(device, "type", "cpu") == "cuda":
         torch.manual_seed(seed)
         try:
-            with torch.device(device):
+            with torch.device(device), side("inputs"):
                 raw = task.get_inputs()
-        except Exception:
+        except Exception as exc:
+            if is_oom(exc):
+                raise
             raw = None
     try:
         if raw is None:
@@ -226,8 +248,9 @@ def make_inputs(task: types.ModuleType, seed: int, device: Any, float_dtype: Any
         raise TaskFailure(f"get_inputs() raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(raw, (list, tuple)):
         raise TaskFailure(f"get_inputs() must return a list or tuple of inputs, got {type(raw).__name__}")
-    out = [to_device(x, device, float_dtype) for x in raw]
-    _settle(out)
+    with side("inputs"):
+        out = [to_device(x, device, float_dtype) for x in raw]
+        _settle(out)
     return out
 
 
@@ -456,10 +479,25 @@ def main(argv: list[str]) -> int:
         if exc.log:
             result.setdefault("compile", {})["log"] = exc.log
     except Exception as exc:  # the worker must always report
-        result.update(outcome="runtime_error", message=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+        from . import memory
+
+        if memory.is_oom(exc):  # wherever it happens (inputs, clones, the harness): the oom outcome
+            result.update(outcome="oom", message=memory.oom_message(exc, _PHASE_START[0] or "start"),
+                          traceback=traceback.format_exc())
+        else:
+            result.update(outcome="runtime_error", message=f"{type(exc).__name__}: {exc}",
+                          traceback=traceback.format_exc())
     phase("done")
     result["phases"] = dict(_PHASES)
+    with contextlib.suppress(Exception):
+        from . import memory
+
+        memory.finish(result)
     write_result(result_path, result)
+    with contextlib.suppress(Exception):
+        from . import evaluate
+
+        evaluate.release_gpu()  # memory freed before the GPU lock goes (else the lock goes at exit)
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown: candidate extensions or CUDA state may hang or crash in destructors.
@@ -532,6 +570,9 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
                         torch.zeros(1, device=f"cuda:{gpu}").add_(1)
                         torch.cuda.synchronize()
                     step("cupti_s")
+    if device == "cuda":
+        with contextlib.suppress(Exception):
+            torch.cuda.empty_cache()  # a spare holds only its context until it gets a job
     ready = {"pid": os.getpid(), "warm_s": round(time.perf_counter() - warm_start, 4), "device": device,
              "steps": steps}
     write_result(root / SPARE_READY, ready)

@@ -3,6 +3,7 @@ elements (index, expected, got); the timing summary; the integrity findings with
 
 from __future__ import annotations
 
+from cudaforge.engine.report import format_memory
 from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult, OutputCheck
 from cudaforge.tui.format import SEVERITY_STYLE, fmt_err, fmt_speedup, status_glyph
 from rich.console import Group, RenderableType
@@ -67,6 +68,8 @@ def render_correctness(result: EvalResult | None) -> RenderableType:
                if t.speedup is not None else NO_SPEED_CLAIM)
             + (f", vs torch.compile {fmt_speedup(t.speedup_vs_compile)}" if t.speedup_vs_compile else ""),
             style="bold"))
+    if result.memory is not None and format_memory(result.memory):
+        parts.append(Text(format_memory(result.memory), style="red" if result.memory.fits is False else "dim"))
     if result.findings:
         table = Table(title="integrity findings", expand=True, title_justify="left")
         for col in ("finding", "severity", "what"):

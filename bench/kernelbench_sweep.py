@@ -1,0 +1,244 @@
+"""KernelBench at its real scale: evaluate every problem with its own reference as the candidate.
+
+Each problem's `Model`, renamed `ModelNew`, is the candidate. The expected verdict: correct, then not
+accepted for `no_custom_kernel` (PyTorch did the work). Runs through the Evaluator with pre-warmed
+spares and `--jobs` evaluations in flight (their builds overlap; the GPU work is serialized by the
+per-GPU lock). Writes one row per problem as it finishes (stdout and `--rows`, flushed), then a table
+per level: counts, the memory bound (evaluation peak - 1 GiB <= 3 x the reference's own peak) and
+evaluations per minute.
+
+    python bench/kernelbench_sweep.py --levels 1 --jobs 4 --json out/level1.json
+    python bench/kernelbench_sweep.py --levels 1 --gpu-memory-gb 24
+    python bench/kernelbench_sweep.py --device cpu --list bench/kernelbench_cpu20.txt   # the CI subset
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_FOLDER = REPO.parent / "shared" / "kernelbench"
+GIB = 1 << 30
+
+# Few timed calls: the sweep checks verdicts and memory, it does not rank speed.
+FAST_TIMING = {"warmup": 2, "warmup_ms": 0.0, "trials": 5, "min_time_ms": 0.0, "max_trials": 10, "host_trials": 3,
+               "l2_flush": True, "baselines": ["eager"]}
+
+
+def reference_as_candidate(source: str) -> str:
+    """The problem's own reference, its class (and every use of the name) renamed ModelNew."""
+    return re.sub(r"\bModel\b", "ModelNew", source)
+
+
+def problems(folder: Path, levels: list[int], list_file: Path | None) -> list[Path]:
+    if list_file is not None:
+        names = [ln.split("#")[0].strip() for ln in list_file.read_text().splitlines()]
+        return [folder / n for n in names if n]
+    out: list[Path] = []
+    for level in levels:
+        files = sorted((folder / f"level{level}").glob("*.py"), key=lambda p: (int(p.stem.split("_")[0]), p.name))
+        out += files
+    return out
+
+
+def name_of(path: Path) -> str:
+    return f"{path.parent.name}/{path.stem}"
+
+
+def expected_verdict(result: Any) -> bool:
+    """Correct, and not accepted because no custom kernel ran (the reference is plain PyTorch)."""
+    correct = result.correctness is not None and result.correctness.passed
+    failing = {f.name for f in result.findings if f.severity == "fail"}
+    return bool(correct and not result.accepted and "no_custom_kernel" in failing)
+
+
+def row_of(path: Path, result: Any, wall_s: float) -> dict[str, Any]:
+    m = result.memory
+    ref = m.reference_peak_bytes if m else None
+    peak = m.eval_peak_bytes if m else None
+    bound_ok = None
+    if ref and peak is not None:
+        bound_ok = peak - GIB <= 3 * ref
+    phases = result.phases or {}
+    return {
+        "problem": name_of(path), "level": path.parent.name, "outcome": result.outcome,
+        "correct": bool(result.correctness is not None and result.correctness.passed),
+        "expected": expected_verdict(result),
+        "does_not_fit": bool(m is not None and m.fits is False),
+        "reference_peak_gib": round(ref / GIB, 3) if ref else None,
+        "eval_peak_gib": round(peak / GIB, 3) if peak is not None else None,
+        "ratio": m.ratio if m else None, "bound_ok": bound_ok,
+        "footprint_gib": round(m.footprint_bytes / GIB, 3) if m and m.footprint_bytes is not None else None,
+        "load_s": round(sum(phases.get(k, 0.0) for k in ("start", "load_task", "build", "init")), 3),
+        "gpu_wait_s": round(phases.get("gpu_wait", 0.0), 3),
+        "correctness_s": round(phases.get("correctness", 0.0) + phases.get("kernels", 0.0), 3),
+        "timing_s": round(phases.get("timing", 0.0), 3),
+        "wall_s": round(wall_s, 3),
+        "message": "" if expected_verdict(result) else result.message[:300],
+    }
+
+
+def failed_row(path: Path, message: str, wall_s: float) -> dict[str, Any]:
+    """A problem the sweep could not even submit (the app-side task check refused it)."""
+    return {"problem": name_of(path), "level": path.parent.name, "outcome": "task_error", "correct": False,
+            "expected": False, "does_not_fit": False, "reference_peak_gib": None, "eval_peak_gib": None,
+            "ratio": None, "bound_ok": None, "footprint_gib": None, "load_s": 0.0, "gpu_wait_s": 0.0,
+            "correctness_s": 0.0, "timing_s": 0.0, "wall_s": round(wall_s, 3), "message": message[:300]}
+
+
+def format_row(r: dict[str, Any]) -> str:
+    def g(v: Any) -> str:
+        return "-" if v is None else f"{v:.2f}"
+
+    verdict = "ok  " if r["expected"] else ("SKIP" if r["does_not_fit"] else "MISS")
+    return (f"{verdict} {r['problem'][:44]:44s} {r['outcome']:17s} correct={'y' if r['correct'] else 'n'} "
+            f"ref {g(r['reference_peak_gib']):>6s} GiB  peak {g(r['eval_peak_gib']):>6s} GiB  ratio {g(r['ratio']):>5s}"
+            f"  load {r['load_s']:.1f}s corr {r['correctness_s']:.1f}s time {r['timing_s']:.1f}s wall {r['wall_s']:.1f}s"
+            + (f"  | {r['message']}" if r["message"] else ""))
+
+
+def summarize(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    levels: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        lv = levels.setdefault(r["level"], {"problems": 0, "correct": 0, "expected": 0, "does_not_fit": 0, "oom": 0,
+                                            "unavailable": 0, "task_error": 0, "bound_violations": 0,
+                                            "max_ratio": 0.0})
+        lv["problems"] += 1
+        lv["correct"] += r["correct"]
+        lv["expected"] += r["expected"]
+        lv["does_not_fit"] += r["does_not_fit"]
+        lv["oom"] += r["outcome"] == "oom" and not r["does_not_fit"]
+        lv["unavailable"] += r["outcome"] == "unavailable"
+        lv["task_error"] += r["outcome"] == "task_error"
+        lv["bound_violations"] += r["bound_ok"] is False
+        if r["ratio"] is not None:
+            lv["max_ratio"] = max(lv["max_ratio"], r["ratio"])
+    return {"levels": levels, "problems": len(rows), "wall_s": round(wall_s, 1),
+            "evaluations_per_minute": round(len(rows) / wall_s * 60, 2) if wall_s > 0 else None}
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    lines = [f"{'level':8s} {'problems':>8s} {'correct':>8s} {'expected':>8s} {'no-fit':>7s} {'oom':>4s} "
+             f"{'unavail':>7s} {'task_err':>8s} {'bound>3x':>8s} {'max ratio':>9s}"]
+    for name, lv in sorted(summary["levels"].items()):
+        lines.append(f"{name:8s} {lv['problems']:8d} {lv['correct']:8d} {lv['expected']:8d} {lv['does_not_fit']:7d} "
+                     f"{lv['oom']:4d} {lv['unavailable']:7d} {lv['task_error']:8d} {lv['bound_violations']:8d} "
+                     f"{lv['max_ratio']:9.2f}")
+    lines.append(f"{summary['problems']} problems in {summary['wall_s']:.1f} s wall: "
+                 f"{summary['evaluations_per_minute']} evaluations/minute")
+    return "\n".join(lines)
+
+
+async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | None, quiet: bool = False
+                ) -> list[dict[str, Any]]:
+    from cudaforge.engine.candidate import Candidate
+    from cudaforge.engine.evaluator import Evaluator
+    from cudaforge.engine.task import load_task
+
+    queue: asyncio.Queue[Path] = asyncio.Queue()
+    for p in paths:
+        queue.put_nowait(p)
+    rows: list[dict[str, Any]] = []
+    out = rows_path.open("a", encoding="utf-8") if rows_path else None
+
+    async def slot() -> None:
+        evaluator = Evaluator(options)
+        evaluator.prewarm()
+        try:
+            while not queue.empty():
+                path = queue.get_nowait()
+                start = time.perf_counter()
+                try:
+                    task = load_task(path)
+                    cand = Candidate(source=reference_as_candidate(task.source), format="python")
+                    running = asyncio.ensure_future(evaluator.evaluate(task, cand, use_cache=False))
+                    await asyncio.sleep(0.05)  # the job has taken the spare: warm the next one meanwhile
+                    evaluator.prewarm()
+                    result = await running
+                    row = row_of(path, result, time.perf_counter() - start)
+                except Exception as exc:  # one problem must not end the sweep
+                    row = failed_row(path, f"{type(exc).__name__}: {exc}", time.perf_counter() - start)
+                rows.append(row)
+                if not quiet:
+                    print(format_row(row), flush=True)
+                if out is not None:
+                    out.write(json.dumps(row) + "\n")
+                    out.flush()
+        finally:
+            await evaluator.aclose()
+
+    try:
+        await asyncio.gather(*(slot() for _ in range(max(1, jobs))))
+    finally:
+        if out is not None:
+            out.close()
+    return rows
+
+
+def make_options(device: str, gpu: int, gpu_memory_gb: float | None, trials: int, cache_dir: Path | None) -> Any:
+    from cudaforge.engine.evaluator import EvalOptions
+
+    opts = EvalOptions(device=device, gpu=gpu, trials=trials, timing=dict(FAST_TIMING), gpu_memory_gb=gpu_memory_gb)
+    if device == "cuda":
+        try:
+            from cudaforge.engine.gpus import profile_for_device
+
+            prof = profile_for_device(gpu)
+            bandwidth = getattr(prof, "dram_bandwidth_gbs", None) if prof else None
+            if bandwidth:
+                opts = replace(opts, peak_bandwidth_gbs=float(bandwidth))
+        except Exception:  # the speed-of-light check is optional here
+            pass
+    if cache_dir is not None:
+        opts = replace(opts, cache_dir=cache_dir)
+    return opts
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("folder", nargs="?", default=str(DEFAULT_FOLDER), help="KernelBench problems (level1..3)")
+    ap.add_argument("--levels", default="1,2,3", help="comma-separated levels (default 1,2,3)")
+    ap.add_argument("--list", dest="list_file", help="file of problem paths relative to the folder (one a line)")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--gpu", type=int, default=0)
+    ap.add_argument("--gpu-memory-gb", type=float, help="cap each worker's device memory (emulate a smaller card)")
+    ap.add_argument("--jobs", type=int, default=4, help="evaluations in flight (builds overlap; GPU work is locked)")
+    ap.add_argument("--trials", type=int, default=3, help="correctness trials per problem (+ the shifted one)")
+    ap.add_argument("--shard", default="1/1", metavar="K/N", help="only every N-th problem, starting at the K-th")
+    ap.add_argument("--json", help="write rows and summary as one JSON document here")
+    ap.add_argument("--rows", help="append one JSON line per problem here as it finishes")
+    ap.add_argument("--cache-dir", help="the Evaluator's cache folder")
+    args = ap.parse_args(argv)
+    folder = Path(args.folder)
+    if not folder.is_dir():
+        print(f"kernelbench_sweep: {folder} is absent; nothing to sweep (see ../shared/kernelbench/README.md)",
+              file=sys.stderr)
+        return 3
+    levels = [int(x) for x in args.levels.split(",") if x.strip()]
+    paths = problems(folder, levels, Path(args.list_file) if args.list_file else None)
+    k, n = (int(x) for x in args.shard.split("/"))
+    paths = paths[k - 1::n]
+    options = make_options(args.device, args.gpu, args.gpu_memory_gb, args.trials,
+                           Path(args.cache_dir) if args.cache_dir else None)
+    print(f"sweeping {len(paths)} problems on {args.device}, {args.jobs} in flight"
+          + (f", cap {args.gpu_memory_gb:g} GiB" if args.gpu_memory_gb else ""), file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    rows = asyncio.run(sweep(paths, options, args.jobs, Path(args.rows) if args.rows else None))
+    summary = summarize(rows, time.perf_counter() - start)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"rows": rows, "summary": summary}, indent=1))
+    print(format_summary(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""Does a task fit the card? Said once per task, before any candidate is built or written.
+
+The footprint (inputs + outputs + parameters) is counted on the meta device in a subprocess (the app
+never imports task code or creates a CUDA context); the card's free memory comes from nvidia-smi. A
+task cannot fit when 3 x its footprint + 1 GiB exceeds the free memory or the `[run] gpu_memory_gb`
+cap (engine/worker/memory.py holds the rule; the worker applies it again before every build).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .worker.memory import GIB, fit_message, fits, needed_bytes, task_name
+
+
+@dataclass(frozen=True)
+class FitCheck:
+    fits: bool
+    footprint_bytes: int
+    needed_bytes: int
+    free_bytes: int | None
+    cap_bytes: int | None
+    message: str = ""  # the one line said when it does not fit
+
+
+def card_free_bytes(gpu: int) -> int | None:
+    """Free memory of CUDA device `gpu` from nvidia-smi (None when nvidia-smi is missing or fails)."""
+    from .gpus import _smi_device_selector
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    with contextlib.suppress(Exception):
+        out = subprocess.run([smi, "-i", _smi_device_selector(gpu), "--query-gpu=memory.free",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20,
+                             check=False)
+        if out.returncode == 0 and out.stdout.strip():
+            return int(float(out.stdout.strip().splitlines()[0])) << 20  # MiB
+    return None
+
+
+async def task_footprint(task_path: str | Path, *, python: str, seed: int = 42, precision: str = "fp32",
+                         env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The task's meta footprint from a subprocess (see footprint_main)."""
+    proc = await asyncio.create_subprocess_exec(
+        python, "-m", "cudaforge.engine.worker.memory", str(task_path), str(seed), precision,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=env)
+    out, _ = await proc.communicate()
+    with contextlib.suppress(ValueError, IndexError):
+        return dict(json.loads(out.decode().strip().splitlines()[-1]))
+    return {"error": "the footprint check printed nothing", "kind": "unknown"}
+
+
+async def check_task_fit(task_path: str | Path, options: Any) -> FitCheck | None:
+    """None when there is nothing to say (CPU device, unknown footprint or card); else the verdict."""
+    if getattr(options, "device", "cpu") != "cuda":
+        return None
+    fp = await task_footprint(task_path, python=options.python, seed=options.seed, precision=options.precision)
+    if "footprint_bytes" not in fp:
+        return None
+    free = await asyncio.to_thread(card_free_bytes, options.gpu)
+    cap = int(float(options.gpu_memory_gb) * GIB) if getattr(options, "gpu_memory_gb", None) else None
+    if free is None and cap is None:
+        return None
+    footprint = int(fp["footprint_bytes"])
+    limit_free = free if free is not None else cap
+    ok = fits(footprint, int(limit_free), cap)  # type: ignore[arg-type]
+    message = "" if ok else fit_message(task_name(str(task_path)), footprint, int(limit_free), cap)  # type: ignore[arg-type]
+    return FitCheck(fits=ok, footprint_bytes=footprint, needed_bytes=needed_bytes(footprint), free_bytes=free,
+                    cap_bytes=cap, message=message)

@@ -1,0 +1,475 @@
+"""Device memory inside the worker: the task's footprint, whether it fits, peaks, the cap, OOM messages.
+
+One place for the memory rules of DESIGN.md: an evaluation's peak stays within 3x the reference's
+own peak (+ 1 GiB of slack for the L2-flush buffer and the like); a task that cannot fit (3 x its
+footprint + 1 GiB above the card's free memory or the cap) is said once, before any candidate is
+built; an out-of-memory error is the `oom` outcome naming the side (reference, inputs, candidate),
+the bytes asked, the bytes in use and the card's total. Imports torch lazily (the parent's
+footprint check runs this module in a subprocess).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import re
+from collections.abc import Iterator
+from typing import Any
+
+GIB = 1 << 30
+SLACK_BYTES = GIB  # the L2 flush buffer, CUDA/cuBLAS workspaces, compare chunks
+FACTOR = 3  # evaluation peak <= FACTOR x reference peak + SLACK_BYTES
+CHUNK_ELEMENTS = 1 << 24  # fingerprints work in 16M-element slices (a few 128 MB int64 temporaries)
+
+# Which side is allocating right now: named in an out-of-memory message.
+_SIDE: list[str] = ["harness"]
+# What the reference's own call moved (bytes of inputs and outputs), measured once per evaluation.
+REFERENCE_IO: dict[str, int] = {}
+
+
+@contextlib.contextmanager
+def side(name: str) -> Iterator[None]:
+    """Mark allocations inside the block as `name`'s (reference, inputs, candidate)."""
+    _SIDE.append(name)
+    try:
+        yield
+    except BaseException as exc:
+        if is_oom(exc) and not _OOM_SIDE:  # the innermost side the error passed through
+            _OOM_SIDE.append(name)
+        raise
+    finally:
+        _SIDE.pop()
+
+
+_OOM_SIDE: list[str] = []
+
+
+def current_side() -> str:
+    """The side allocating now, or the side an out-of-memory error came from once it has unwound."""
+    return _OOM_SIDE[0] if _OOM_SIDE and _SIDE[-1] == "harness" else _SIDE[-1]
+
+
+def fmt_gib(n: float | int | None) -> str:
+    return "?" if n is None else f"{n / GIB:.1f} GiB"
+
+
+def is_oom(exc: BaseException) -> bool:
+    return type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower()
+
+
+_ASKED = re.compile(r"Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)")
+_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def asked_bytes(text: str) -> int | None:
+    """The allocation size PyTorch's OOM message names (None when it names none)."""
+    m = _ASKED.search(text)
+    return int(float(m.group(1)) * _UNITS[m.group(2)]) if m else None
+
+
+def card_total() -> int | None:
+    """The card's total memory in bytes (None off CUDA)."""
+    import torch
+
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    with contextlib.suppress(Exception):
+        return int(torch.cuda.mem_get_info()[1])
+    return None
+
+
+def oom_message(exc: BaseException, where: str, side_name: str | None = None) -> str:
+    """'out of memory on the <side> side during <where>: asked X, Y in use of Z' (one line)."""
+    import torch
+
+    side_name = side_name or current_side()
+    asked = asked_bytes(str(exc))
+    in_use = None
+    with contextlib.suppress(Exception):
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            in_use = int(torch.cuda.memory_allocated())
+    total = card_total()
+    cap = CAP.get("bytes")
+    text = (f"out of memory on the {side_name} side during {where}: asked {fmt_gib(asked)}, "
+            f"{fmt_gib(in_use)} in use, card total {fmt_gib(total)}")
+    if cap:
+        text += f", cap {fmt_gib(cap)} ([run] gpu_memory_gb)"
+    return text
+
+
+def oom_evidence(exc: BaseException) -> dict[str, Any]:
+    import torch
+
+    data: dict[str, Any] = {"side": current_side(), "asked_bytes": asked_bytes(str(exc)), "total_bytes": card_total()}
+    with contextlib.suppress(Exception):
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            data["in_use_bytes"] = int(torch.cuda.memory_allocated())
+    return data
+
+
+# ------------------------------------------------------------------ the cap ([run] gpu_memory_gb)
+
+CAP: dict[str, Any] = {}
+
+
+def apply_cap(spec: dict[str, Any], device: Any) -> str:
+    """Cap this process's device memory to `gpu_memory_gb` (PyTorch's per-process fraction).
+
+    The cap is CUDA-only: on the CPU device it is ignored, and the returned note says so."""
+    gb = spec.get("gpu_memory_gb")
+    if not gb:
+        return ""
+    if getattr(device, "type", "cpu") != "cuda":
+        return f"gpu_memory_gb = {gb:g} ignored: the cap is CUDA-only (PyTorch's per-process memory fraction)"
+    import torch
+
+    total = int(torch.cuda.mem_get_info(device)[1])
+    cap = min(int(float(gb) * GIB), total)
+    torch.cuda.set_per_process_memory_fraction(cap / total, device)
+    CAP["bytes"] = cap
+    return ""
+
+
+# ------------------------------------------------------------------ footprint and fit
+
+
+def tensor_bytes(values: Any) -> int:
+    """Bytes of every tensor in a (nested) list/tuple/dict of values."""
+    import torch
+
+    if isinstance(values, torch.Tensor):
+        return values.numel() * values.element_size()
+    if isinstance(values, (list, tuple)):
+        return sum(tensor_bytes(v) for v in values)
+    if isinstance(values, dict):
+        return sum(tensor_bytes(v) for v in values.values())
+    return 0
+
+
+def _with_dtype(t: Any, float_dtype: Any) -> Any:
+    if float_dtype is not None and t.is_floating_point():
+        return t.to(float_dtype)
+    return t
+
+
+def meta_footprint(task: Any, init: list[Any], seed: int, float_dtype: Any = None) -> dict[str, Any]:
+    """Inputs + outputs + parameters of the task on the meta device (no memory, no compute).
+
+    Returns bytes per part and `reason` (empty when complete): a task that cannot run on the meta
+    device (calls `.item()`, data-dependent shapes) still gets its inputs and parameters counted."""
+    import torch
+
+    out: dict[str, Any] = {"input_bytes": 0, "output_bytes": 0, "param_bytes": 0, "reason": ""}
+    torch.manual_seed(seed)
+    with torch.device("meta"):
+        inputs = task.get_inputs()
+        inputs = [_with_dtype(x, float_dtype) if isinstance(x, torch.Tensor) else x for x in inputs]
+        out["input_bytes"] = tensor_bytes(inputs)
+    try:
+        with torch.device("meta"):
+            model = task.Model(*init)
+    except Exception as exc:  # e.g. `.item()` in __init__: count the parameters of a real (host) build
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        out["reason"] = f"Model(*get_init_inputs()) cannot be built on the meta device ({type(exc).__name__}: {first})"
+        torch.manual_seed(seed)
+        model = task.Model(*init)
+    if float_dtype is not None:
+        model = model.to(float_dtype)
+    out["param_bytes"] = sum(tensor_bytes(p) for p in model.parameters()) + sum(tensor_bytes(b) for b in model.buffers())
+    if out["reason"]:
+        out["footprint_bytes"] = out["input_bytes"] + out["param_bytes"]
+        return out
+    try:
+        with torch.no_grad(), torch.device("meta"), _fast_meta_rnns():
+            result = model(*inputs)
+        out["output_bytes"] = tensor_bytes(result)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        out["reason"] = f"the forward pass cannot run on the meta device ({type(exc).__name__}: {first})"
+    out["footprint_bytes"] = out["input_bytes"] + out["output_bytes"] + out["param_bytes"]
+    return out
+
+
+@contextlib.contextmanager
+def _fast_meta_rnns() -> Iterator[None]:
+    """nn.LSTM/GRU/RNN on the meta device decompose step by step (30+ s for KernelBench's LSTMs); their
+    output shapes follow from the module's settings, so answer with those."""
+    import torch
+    from torch import nn
+
+    def forward(self: Any, x: Any, hx: Any = None) -> Any:
+        batched = x.dim() == 3
+        seq, batch = (x.shape[0], x.shape[1]) if batched and not self.batch_first else \
+            ((x.shape[1], x.shape[0]) if batched else (x.shape[0], 1))
+        d = 2 if self.bidirectional else 1
+        out_size = self.proj_size if getattr(self, "proj_size", 0) else self.hidden_size
+        if not batched:
+            out = torch.empty(seq, d * out_size, dtype=x.dtype)
+        elif self.batch_first:
+            out = torch.empty(batch, seq, d * out_size, dtype=x.dtype)
+        else:
+            out = torch.empty(seq, batch, d * out_size, dtype=x.dtype)
+        lead = (d * self.num_layers, batch) if batched else (d * self.num_layers,)
+        h = torch.empty(*lead, out_size, dtype=x.dtype)
+        if isinstance(self, nn.LSTM):
+            return out, (h, torch.empty(*lead, self.hidden_size, dtype=x.dtype))
+        return out, h
+
+    saved = {cls: cls.forward for cls in (nn.LSTM, nn.GRU, nn.RNN)}
+    try:
+        for cls in saved:
+            cls.forward = forward  # type: ignore[method-assign]
+        yield
+    finally:
+        for cls, fn in saved.items():
+            cls.forward = fn  # type: ignore[method-assign]
+
+
+def needed_bytes(footprint: int) -> int:
+    return FACTOR * footprint + SLACK_BYTES
+
+
+def fit_message(task_name: str, footprint: int, available: int, cap: int | None) -> str:
+    """The one line said when a task cannot fit: names the need and what the card (or cap) has."""
+    need = needed_bytes(footprint)
+    where = (f"the cap ([run] gpu_memory_gb) is {fmt_gib(cap)}" if cap is not None and cap <= available
+             else f"this card has {fmt_gib(available)} free")
+    return (f"{task_name} needs about {need / GIB:.0f} GiB to evaluate ({FACTOR} × {footprint / GIB:.1f} GiB + "
+            f"{SLACK_BYTES / GIB:.0f} GiB); {where}")
+
+
+def fits(footprint: int, free: int, cap: int | None) -> bool:
+    limit = free if cap is None else min(free, cap)
+    return needed_bytes(footprint) <= limit
+
+
+# ------------------------------------------------------------------ peaks
+
+
+def reset_peak() -> None:
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak() -> int | None:
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return int(torch.cuda.max_memory_allocated())
+    return None
+
+
+def release() -> None:
+    """Give cached device memory back to the driver: called between steps that hold large tensors and
+    before the worker lets the GPU lock go (the next evaluation must find the card free)."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # host memory is freed by refcounts
+        gc.collect()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+# ------------------------------------------------------------------ exact fingerprints (no full-size copy)
+
+
+def fingerprint(t: Any) -> tuple[Any, ...]:
+    """An exact-content fingerprint of a tensor, computed in slices on its device: two position-weighted
+    integer sums of its raw bits. Used where keeping a full copy only to compare it later would double
+    the memory (the reference's inputs before and after its call). Not for candidate-controlled data
+    where a collision could be engineered: there the tensors themselves are compared."""
+    import torch
+
+    if not isinstance(t, torch.Tensor) or t.numel() == 0:
+        return (0,)
+    if t.device.type == "cpu":  # on the host, a real hash of the bytes is cheaper than the sums below
+        import hashlib
+
+        data = t.detach().contiguous().view(-1).view(torch.uint8).numpy()
+        return (hashlib.blake2b(memoryview(data), digest_size=16).hexdigest(), t.numel(), str(t.dtype))
+    flat = t.detach().contiguous().view(-1)
+    nbytes = flat.numel() * flat.element_size()
+    raw = flat.view(torch.uint8)
+    if nbytes % 4 == 0:
+        with contextlib.suppress(RuntimeError):  # a view at an offset not aligned to 4 bytes stays in bytes
+            raw = raw.view(torch.int32)
+    s1 = torch.zeros((), dtype=torch.int64, device=t.device)
+    s2 = torch.zeros((), dtype=torch.int64, device=t.device)
+    for start in range(0, raw.numel(), CHUNK_ELEMENTS):
+        part = raw[start:start + CHUNK_ELEMENTS].to(torch.int64)
+        pos = torch.arange(start, start + part.numel(), device=t.device, dtype=torch.int64)
+        s1 += part.sum()
+        s2 += (part * ((pos * 2654435761) % 2147483629 + 1)).sum()
+        del part, pos
+    return (int(s1), int(s2), t.numel(), str(t.dtype))
+
+
+def bits_equal(a: Any, b: Any) -> bool:
+    """Exact (bitwise, so NaN equals the same NaN) equality of two tensors, in slices: no full-size mask."""
+    import torch
+
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return a is b or a == b
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() == 0:
+        return True
+    fa = a.detach().contiguous().view(-1).view(torch.uint8)
+    fb = b.detach().to(a.device).contiguous().view(-1).view(torch.uint8)
+    step = CHUNK_ELEMENTS * 4
+    return all(torch.equal(fa[i:i + step], fb[i:i + step]) for i in range(0, fa.numel(), step))
+
+
+def held_bytes() -> int:
+    """Device memory this process's allocator still reserves (0 off CUDA)."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return int(torch.cuda.memory_reserved())
+    return 0
+
+
+# ------------------------------------------------------------------ the worker's steps
+
+
+def missing_module_message(task_path: str, exc: ModuleNotFoundError) -> str:
+    """One line for a task that imports a module that is not installed (exit 3, like any missing tool)."""
+    name = (exc.name or str(exc)).split(".")[0]
+    return f"{task_path}: the task imports `{name}`, which is not installed; install it with: pip install {name}"
+
+
+def task_name(path: str) -> str:
+    """'level1/39_L2Norm_' for .../level1/39_L2Norm_.py: how a task is named in memory messages."""
+    from pathlib import Path
+
+    p = Path(path)
+    return f"{p.parent.name}/{p.stem}" if p.parent.name else p.stem
+
+
+def check_task(spec: dict[str, Any], task: Any, init: list[Any], device: Any, float_dtype: Any,
+               mem: dict[str, Any]) -> None:
+    """The task's own check, before any candidate is built: get_inputs() runs (on the meta device, else
+    for real on the host), the footprint is counted, and on CUDA the task must fit the card or cap.
+
+    Raises TaskFailure for a broken task and CandidateFailure("oom") for one that cannot fit."""
+    import torch
+
+    from .harness import CandidateFailure, TaskFailure
+
+    seed = int(spec["seed"])
+    try:
+        fp = meta_footprint(task, init, seed, float_dtype)
+    except Exception as meta_exc:
+        torch.manual_seed(seed)
+        try:
+            raw = task.get_inputs()
+        except Exception as exc:
+            raise TaskFailure(f"{spec['task_path']}: get_inputs() raised {type(exc).__name__}: {exc}") from exc
+        if not isinstance(raw, (list, tuple)):
+            raise TaskFailure(f"{spec['task_path']}: get_inputs() must return a list or tuple of inputs, "
+                              f"got {type(raw).__name__}") from None
+        fp = {"input_bytes": tensor_bytes(list(raw)), "output_bytes": 0, "param_bytes": 0,
+              "reason": f"get_inputs()/Model cannot run on the meta device ({type(meta_exc).__name__})"}
+        fp["footprint_bytes"] = fp["input_bytes"]
+        del raw
+    mem.update(fp)
+    mem["needed_bytes"] = needed_bytes(fp["footprint_bytes"])
+    if getattr(device, "type", "cpu") != "cuda":
+        return
+    free, total = (int(v) for v in torch.cuda.mem_get_info(device))
+    cap = CAP.get("bytes")
+    mem.update(free_bytes=free, total_bytes=total, cap_bytes=cap, fits=fits(fp["footprint_bytes"], free, cap))
+    if not mem["fits"]:
+        mem["message"] = fit_message(task_name(spec["task_path"]), fp["footprint_bytes"], free, cap)
+        raise CandidateFailure("oom", mem["message"])
+
+
+_EVAL_PEAK: list[int] = [0]
+
+
+def measure_reference(draw: Any, run: Any, flatten: Any, mem: dict[str, Any]) -> None:
+    """The reference's own peak: one call with its inputs and outputs, from PyTorch's allocator (its
+    parameters counted in). Also records the bytes it moves (for the speed-of-light check)."""
+    import time
+
+    release()
+    so_far = peak()
+    if so_far is not None:
+        _EVAL_PEAK[0] = max(_EVAL_PEAK[0], so_far)
+    reset_peak()
+    before = held_allocated()
+    with side("inputs"):
+        inputs = draw()
+    start = time.perf_counter()
+    with side("reference"):
+        outs = flatten(run(inputs))
+    mem["reference_call_s"] = round(time.perf_counter() - start, 6)
+    REFERENCE_IO["input_bytes"] = tensor_bytes(inputs)
+    REFERENCE_IO["output_bytes"] = tensor_bytes(outs)
+    top = peak()
+    if top is not None:
+        mem["reference_peak_bytes"] = top - before + int(mem.get("param_bytes", 0))
+    del inputs, outs
+    release()
+
+
+def held_allocated() -> int:
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return int(torch.cuda.memory_allocated())
+    return 0
+
+
+def finish(result: dict[str, Any]) -> None:
+    """Fill the result's memory section at the end (whatever the outcome): the evaluation's peak and the
+    card's total; the ratio the design bounds ((peak - 1 GiB) / reference peak)."""
+    mem = result.setdefault("memory", {})
+    top = peak()
+    if top is not None:
+        mem["eval_peak_bytes"] = max(_EVAL_PEAK[0], top)
+        total = card_total()
+        if total is not None:
+            mem.setdefault("total_bytes", total)
+        if CAP.get("bytes"):
+            mem["cap_bytes"] = CAP["bytes"]
+        ref = mem.get("reference_peak_bytes")
+        if ref:
+            mem["ratio"] = round(max(0, mem["eval_peak_bytes"] - SLACK_BYTES) / ref, 3)
+
+
+# ------------------------------------------------------------------ the parent's check, in a subprocess
+
+
+def footprint_main(argv: list[str]) -> int:
+    """`python -m cudaforge.engine.worker.memory TASK SEED PRECISION`: the task's meta footprint as one
+    JSON line (no device memory, no CUDA context), or {"error": ..., "kind": ...} for a task that cannot
+    load. The parent (engine/fit.py) compares it with the card."""
+    import importlib.util
+    import json
+
+    import torch
+
+    path, seed, precision = argv[0], int(argv[1]), argv[2]
+    float_dtype = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
+    try:
+        spec = importlib.util.spec_from_file_location("cudaforge_task", path)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        fp = meta_footprint(module, list(module.get_init_inputs()), seed, float_dtype)
+    except ModuleNotFoundError as exc:
+        print(json.dumps({"error": missing_module_message(path, exc), "kind": "unavailable"}))
+        return 0
+    except Exception as exc:  # the worker says it properly (task_error); the fit check just cannot tell
+        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"[:300], "kind": "unknown"}))
+        return 0
+    print(json.dumps(fp))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(footprint_main(sys.argv[1:]))

@@ -1,0 +1,341 @@
+"""KernelBench at its real scale (issue 13): footprints, the CPU sweep, memory rules and messages.
+
+The problems are read from ../shared/kernelbench; tests that need them skip with a message where the
+folder is absent (it is never copied into the repository)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from cudaforge.engine.config import load_config
+from cudaforge.engine.evaluator import EvalOptions, Evaluator
+from cudaforge.engine.worker import memory
+from cudaforge.engine.worker.compare import compare_output, would_pass_trivially
+
+REPO = Path(__file__).resolve().parent.parent
+KB = REPO.parent / "shared" / "kernelbench"
+CPU20 = REPO / "bench" / "kernelbench_cpu20.txt"
+needs_kb = pytest.mark.skipif(not KB.is_dir(), reason=f"{KB} is absent (KernelBench problems are read from there)")
+
+# The 4 problems that cannot run on the meta device (../shared/kernelbench/README.md), and why.
+META_REASONS = {
+    "level3/29_SwinMLP": ".item()",
+    "level3/30_SwinTransformerV2": ".item()",
+    "level3/48_Mamba2ReturnY": "einops",
+    "level3/49_Mamba2ReturnFinalState": "einops",
+}
+
+
+def _load(path: Path):  # -> module
+    spec = importlib.util.spec_from_file_location(f"kb_{path.parent.name}_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def _footprint(path: Path) -> dict:
+    try:
+        module = _load(path)
+    except ModuleNotFoundError as exc:
+        return {"reason": f"imports {exc.name}, which is not installed"}
+    return memory.meta_footprint(module, list(module.get_init_inputs()), 42)
+
+
+@needs_kb
+def test_every_problem_has_a_footprint_on_the_meta_device_or_a_named_reason() -> None:
+    paths = sorted(KB.glob("level[123]/*.py"))
+    assert len(paths) == 250
+    reasons: dict[str, str] = {}
+    sizes: dict[str, int] = {}
+    for path in paths:
+        fp = _footprint(path)
+        name = f"{path.parent.name}/{path.stem}"
+        if fp["reason"]:
+            reasons[name] = fp["reason"]
+        else:
+            sizes[name] = fp["footprint_bytes"]
+    assert set(reasons) == set(META_REASONS), reasons
+    for name, why in META_REASONS.items():
+        if why == "einops" and importlib.util.find_spec("einops") is not None:
+            continue
+        assert why in reasons[name] or (why == ".item()" and "item" in reasons[name]), (name, reasons[name])
+    assert all(v > 0 for v in sizes.values())
+    # The README's facts: level 1 max about 16.1 GiB, level 2 max about 4.0 GiB.
+    level1 = max(v for k, v in sizes.items() if k.startswith("level1/"))
+    assert 15.5 < level1 / memory.GIB < 16.5
+
+
+def test_fit_rule_and_message() -> None:
+    footprint = int(16.0 * memory.GIB)
+    assert memory.needed_bytes(footprint) == 49 * memory.GIB
+    assert not memory.fits(footprint, int(23.6 * memory.GIB), None)
+    assert memory.fits(footprint, 120 * memory.GIB, None)
+    assert not memory.fits(footprint, 120 * memory.GIB, 24 * memory.GIB)
+    msg = memory.fit_message("level1/39_L2Norm_", footprint, int(23.6 * memory.GIB), None)
+    assert msg == ("level1/39_L2Norm_ needs about 49 GiB to evaluate (3 × 16.0 GiB + 1 GiB); "
+                   "this card has 23.6 GiB free")
+    assert "the cap ([run] gpu_memory_gb) is 24.0 GiB" in memory.fit_message("x/y", footprint, 120 * memory.GIB,
+                                                                            24 * memory.GIB)
+
+
+def test_oom_message_names_side_asked_in_use_and_total() -> None:
+    exc = RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.3 GiB")
+    assert memory.is_oom(exc)
+    assert memory.asked_bytes(str(exc)) == 2 * memory.GIB
+    with memory.side("inputs"):
+        text = memory.oom_message(exc, "correctness")
+    assert text.startswith("out of memory on the inputs side during correctness: asked 2.0 GiB")
+    assert "in use" in text and "card total" in text
+
+
+def test_sliced_compare_equals_the_whole_tensor_compare(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compare works in slices (no full-size temporaries); slicing must not change any verdict or number."""
+    from cudaforge.engine.worker import compare
+
+    g = torch.Generator().manual_seed(0)
+    e = torch.randn(37, 29, generator=g)
+    got = e.clone()
+    got[3, 4] += 1.0
+    got[30, 1] = float("nan")
+    got[10, 10] += 0.25
+    e[5, 5] = float("inf")
+    got[5, 5] = float("inf")
+    whole = compare_output(0, e, got, 1e-4, 1e-4)
+    monkeypatch.setattr(compare, "_CHUNK", 7)
+    sliced = compare_output(0, e, got, 1e-4, 1e-4)
+    assert repr(sliced) == repr(whole)  # repr: a NaN in `worst` is not equal to itself
+    assert whole.mismatches == 3 and whole.nonfinite_got == 2  # the NaN and the (matching) inf
+    ints = torch.arange(100)
+    assert compare_output(0, ints, ints.flip(0), 0, 0).mismatches == 100
+    small = torch.full((50,), 1e-6)
+    assert would_pass_trivially([small], 1e-4, 1e-4) == "zero"
+    assert would_pass_trivially([torch.randn(50, generator=g)], 1e-4, 1e-4) is None
+
+
+def test_fingerprint_and_bits_equal_see_any_change() -> None:
+    x = torch.randn(1000)
+    y = x.clone()
+    assert memory.fingerprint(x) == memory.fingerprint(y) and memory.bits_equal(x, y)
+    y[999] = torch.nextafter(y[999], torch.tensor(10.0))
+    assert memory.fingerprint(x) != memory.fingerprint(y) and not memory.bits_equal(x, y)
+    n = torch.full((10,), float("nan"))
+    assert memory.bits_equal(n, n.clone())  # bitwise: a NaN left alone is unchanged
+
+
+def test_gpu_memory_gb_key_flag_and_worker_note(tmp_path: Path, cpu_options: EvalOptions) -> None:
+    """[run] gpu_memory_gb and --gpu-memory-gb reach the worker; on the CPU device the cap is ignored with a note."""
+    (tmp_path / "cudaforge.toml").write_text("[run]\ngpu_memory_gb = 24\n")
+    config = load_config(None, {}, cwd=tmp_path, use_user_config=False)
+    assert EvalOptions.from_config(config).gpu_memory_gb == 24
+    flagged = load_config(None, {"run.gpu_memory_gb": 80.0}, cwd=tmp_path, use_user_config=False)
+    assert EvalOptions.from_config(flagged).gpu_memory_gb == 80.0
+    from cudaforge.engine.cli import build_parser
+    from cudaforge.tui.cli import parse_args
+
+    for cmd in (["eval", "t.py", "c.py"], ["run", "t.py"]):
+        assert build_parser().parse_args([*cmd, "--gpu-memory-gb", "24"]).gpu_memory_gb == 24.0
+    assert parse_args(["t.py", "--gpu-memory-gb", "24"]).gpu_memory_gb == 24.0  # type: ignore[union-attr]
+    task = REPO / "tests" / "tasks" / "axpy" / "task.py"
+    cand = REPO / "tests" / "tasks" / "axpy" / "cpu.py"
+    proc = subprocess.run([sys.executable, "-m", "cudaforge.engine.cli", "eval", str(task), str(cand), "--device", "cpu",
+                           "--trials", "1", "--timing-trials", "3", "--gpu-memory-gb", "24", "--json"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    data = json.loads(proc.stdout)
+    assert data["memory"]["note"].startswith("gpu_memory_gb = 24 ignored: the cap is CUDA-only"), data["memory"]
+    assert data["memory"]["footprint_bytes"] > 0
+
+
+def test_task_with_missing_module_is_one_line_and_exit_3(tmp_path: Path) -> None:
+    """A task importing a module that is not installed (level3/48_Mamba2ReturnY imports einops): exit 3."""
+    if importlib.util.find_spec("einops") is None and (KB / "level3" / "48_Mamba2ReturnY.py").is_file():
+        task, module = KB / "level3" / "48_Mamba2ReturnY.py", "einops"
+    else:
+        module = "cudaforge_not_installed_module"
+        task = tmp_path / "task.py"
+        task.write_text(f"import torch\nimport {module}\n\n\nclass Model(torch.nn.Module):\n"
+                        "    def forward(self, x):\n        return x\n\n\ndef get_inputs():\n"
+                        "    return [torch.randn(4)]\n\n\ndef get_init_inputs():\n    return []\n")
+    cand = tmp_path / "cand.py"
+    cand.write_text("import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n")
+    proc = subprocess.run([sys.executable, "-m", "cudaforge.engine.cli", "eval", str(task), str(cand),
+                           "--device", "cpu", "--json"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    message = json.loads(proc.stdout)["message"]
+    assert f"imports `{module}`, which is not installed" in message and f"pip install {module}" in message
+    assert "\n" not in message
+
+
+def test_broken_task_is_exit_2_whatever_the_candidate(tmp_path: Path) -> None:
+    """get_inputs() raises and ModelNew's constructor fails: the task's fault is said first (exit 2)."""
+    task = REPO / "tests" / "tasks" / "bad" / "get_inputs_raises.py"
+    cand = tmp_path / "cand.py"
+    cand.write_text("import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def __init__(self, *a):\n"
+                    "        super().__init__()\n        raise RuntimeError('constructor fails')\n")
+    proc = subprocess.run([sys.executable, "-m", "cudaforge.engine.cli", "eval", str(task), str(cand),
+                           "--device", "cpu", "--json"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    data = json.loads(proc.stdout)
+    assert proc.returncode == 2, data["message"]
+    assert data["outcome"] == "task_error" and "get_inputs() raised" in data["message"]
+
+
+@needs_kb
+def test_cpu_sweep_of_the_20_fastest_problems_judges_every_one_correct(cpu_options: EvalOptions, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/kernelbench_sweep.py on the CPU device over bench/kernelbench_cpu20.txt: every reference, renamed
+    ModelNew, is correct and then not accepted for no_custom_kernel."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import kernelbench_sweep as sweep
+    finally:
+        sys.path.pop(0)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # two workers at once on two cores: one thread each
+    paths = sweep.problems(KB, [], CPU20)
+    assert len(paths) == 20
+    options = sweep.make_options("cpu", 0, None, 1, cpu_options.cache_dir)  # 1 trial + the shifted one
+    options = replace(options, timing={**options.timing, "warmup": 1, "trials": 3})  # few timed calls
+    rows = asyncio.run(sweep.sweep(paths, options, jobs=2, rows_path=tmp_path / "rows.jsonl", quiet=True))
+    assert len(rows) == 20
+    bad = [(r["problem"], r["outcome"], r["message"]) for r in rows if not (r["correct"] and r["expected"])]
+    assert not bad, bad
+    assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 20  # flushed row by row
+    summary = sweep.summarize(rows, 60.0)
+    assert sum(lv["expected"] for lv in summary["levels"].values()) == 20
+
+
+@pytest.mark.gpu
+def test_gpu_memory_bound_on_a_large_softmax(tmp_path: Path, gpu_options: EvalOptions) -> None:
+    """(evaluation peak - 1 GiB) <= 3 x the reference's own peak, read from PyTorch's allocator."""
+    from cudaforge.engine.candidate import Candidate
+    from cudaforge.engine.task import load_task
+
+    task = tmp_path / "task.py"
+    task.write_text("import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                    "        return torch.softmax(x, dim=1)\n\n\ndef get_inputs():\n"
+                    "    return [torch.randn(4096, 131072)]\n\n\ndef get_init_inputs():\n    return []\n")
+    source = task.read_text().replace("class Model(", "class ModelNew(")
+    result = asyncio.run(Evaluator(gpu_options).evaluate(load_task(task), Candidate(source=source, format="python")))
+    m = result.memory
+    assert m is not None and m.reference_peak_bytes and m.eval_peak_bytes, result.message
+    assert m.eval_peak_bytes - memory.GIB <= 3 * m.reference_peak_bytes, m
+    assert result.correctness is not None and result.correctness.passed
+
+
+@pytest.mark.gpu
+def test_gpu_task_that_cannot_fit_the_cap_is_said_before_the_build(tmp_path: Path, gpu_options: EvalOptions) -> None:
+    from cudaforge.engine.candidate import Candidate
+    from cudaforge.engine.task import load_task
+
+    task = tmp_path / "task.py"
+    task.write_text("import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                    "        return x * 2\n\n\ndef get_inputs():\n    return [torch.randn(1024, 1024, 1024)]\n\n\n"
+                    "def get_init_inputs():\n    return []\n")
+    cand = "import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n" \
+           "        raise RuntimeError('never built')\n"
+    options = replace(gpu_options, gpu_memory_gb=8.0)
+    result = asyncio.run(Evaluator(options).evaluate(load_task(task), Candidate(source=cand, format="python")))
+    assert result.outcome == "oom", result.message
+    assert "needs about 25 GiB to evaluate (3 × 8.0 GiB + 1 GiB)" in result.message
+    assert result.memory is not None and result.memory.fits is False
+
+
+BIG_TASK = ("import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n\n\n"
+            "def get_inputs():\n    return [torch.randn(1024, 1024, 1024)]\n\n\ndef get_init_inputs():\n    return []\n")
+
+
+def test_batch_says_once_that_a_task_does_not_fit_and_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task whose 3 x footprint + 1 GiB exceeds the cap: the session stops before the Coder is asked, the
+    batch shows `skipped: does not fit this card`, and the summary counts it as not correct."""
+    from cudaforge.engine.session.batch import Batch, format_summary, run_batch
+    from llm_server import ScriptedLLMServer
+    from session_kit import KEY, KEY_ENV, session_config
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    task = tmp_path / "big" / "task.py"
+    task.parent.mkdir()
+    task.write_text(BIG_TASK)
+    with ScriptedLLMServer([]) as server:
+        config = session_config(server, tmp_path / "cache", **{"eval.device": "cuda", "run.gpu_memory_gb": 4.0,
+                                                               "session.format": "nvrtc"})
+        batch = Batch.create(tmp_path / "runs", [task], config)
+        summary = asyncio.run(run_batch(batch, jobs=2))
+        assert not server.requests  # said before any candidate was written, let alone built
+    (row,) = summary.rows
+    assert row.status == "skipped" and not row.correct, row.message
+    assert "skipped: does not fit this card" in row.message
+    assert "big/task needs about 25 GiB to evaluate (3 × 8.0 GiB + 1 GiB)" in row.message
+    assert "the cap ([run] gpu_memory_gb) is 4.0 GiB" in row.message
+    assert summary.correct == 0 and summary.tasks == 1 and all(v == 0 for v in summary.fast_p.values())
+    assert "skipped: does not fit this card" in format_summary(summary)
+
+
+COUNTING_TASK = '''import gc
+import torch
+
+N = 1 << 16
+LOG = {log!r}
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        # How many input-sized tensors are alive while this side runs (the harness's copies of the inputs).
+        live = len({{o.untyped_storage().data_ptr() for o in gc.get_objects()
+                     if isinstance(o, torch.Tensor) and o.numel() == N and o.device.type != "meta"}})
+        with open(LOG, "a") as f:
+            f.write(f"{{type(self).__name__}} {{live}}\\n")
+        return x.sum(dim=0)
+
+
+def get_inputs():
+    return [torch.randn(256, 256)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_cpu_accounting_at_most_two_copies_of_the_inputs_are_alive_during_any_call(
+        tmp_path: Path, cpu_options: EvalOptions) -> None:
+    """CPU-side accounting of the memory rule (the allocator's peak is CUDA-only): during every reference
+    and candidate call of a whole evaluation (reference peak, correctness trials, kernel check, cache probes,
+    timing), at most two input-sized storages are alive: the draw and one clone (before: up to four)."""
+    from cudaforge.engine.candidate import Candidate
+    from cudaforge.engine.task import load_task
+
+    log = tmp_path / "live.txt"
+    task = tmp_path / "task.py"
+    task.write_text(COUNTING_TASK.format(log=str(log)))
+    cand = Candidate(source=task.read_text().replace("class Model(", "class ModelNew("), format="python")
+    result = asyncio.run(Evaluator(cpu_options).evaluate(load_task(task), cand))
+    assert result.correctness is not None and result.correctness.passed, result.message
+    assert result.timing is not None and result.memory is not None and result.memory.footprint_bytes > 0
+    counts = [(side, int(n)) for side, n in (ln.split() for ln in log.read_text().splitlines())]
+    assert {s for s, _ in counts} == {"Model", "ModelNew"} and len(counts) > 20
+    assert max(n for _, n in counts) <= 2, " ".join(f"{s[-3:]}{n}" for s, n in counts)
+
+
+def test_memory_section_is_printed_by_eval_and_shown_in_the_correctness_pane() -> None:
+    from cudaforge.engine.report import format_result
+    from cudaforge.engine.results import EvalResult, Memory
+    from cudaforge.tui.widgets.correctness import render_correctness
+    from rich.console import Console
+
+    mem = Memory(reference_peak_bytes=4 * memory.GIB, eval_peak_bytes=9 * memory.GIB, ratio=2.0,
+                 total_bytes=140 * memory.GIB, cap_bytes=24 * memory.GIB)
+    result = EvalResult(outcome="integrity_failure", accepted=False, task_path="t.py", candidate_hash="x",
+                        format="python", device="cuda", memory=mem)
+    line = ("memory: reference peak 4.00 GiB, evaluation peak 9.00 GiB, (peak - 1 GiB) / reference 2.00x "
+            "(bound 3x), card 140.00 GiB, cap 24.00 GiB")
+    assert line in format_result(result)
+    console = Console(width=200, record=True)
+    console.print(render_correctness(result))
+    assert line in console.export_text()
+    assert EvalResult.from_dict(result.to_dict()).memory == mem
