@@ -633,8 +633,6 @@ def evaluate(spec: dict[str, Any], result: dict[str, Any]) -> None:
     result["correctness"] = corr
     inputs = make_inputs(task, int(spec["seed"]), device, _float_dtype(spec["precision"]))
     result["kernels"] = check_custom_code(spec, recorder, model_new, inputs, device, findings)
-    del inputs
-    memory.release()
     extra_threads = thread_names() - threads_before
     if not corr["passed"]:
         result["findings"] = [to_dict(f) for f in findings]
@@ -650,6 +648,8 @@ def evaluate(spec: dict[str, Any], result: dict[str, Any]) -> None:
                                        device, result["kernels"], recorder)
     if fallback is not None:
         findings.append(fallback)
+    del inputs
+    memory.release()
     findings.extend(check_cache_reuse(
         lambda inp: _run_candidate(model_new, inp, device), lambda inp: _run_reference(model, inp, device),
         lambda seed: make_inputs(task, seed, device, _float_dtype(spec["precision"])),
