@@ -5,6 +5,6 @@ cd "$(dirname "$0")/.."
 if ! python3 -c "import torch" 2>/dev/null && [ -z "${CUDAFORGE_TORCH:-}" ]; then
   export CUDAFORGE_TORCH="torch==2.13.0"
 fi
-CUDAFORGE_EXTRAS="all,test" bash scripts/setup.sh
+CUDAFORGE_EXTRAS="test" bash scripts/setup.sh
 .venv/bin/ruff check engine tui tests bench
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -96,7 +96,7 @@ def visible_gpus() -> int:
 @dataclass(frozen=True)
 class TaskOutcome:
     task: str
-    status: str  # pending | running | done | failed
+    status: str  # pending | running | done | failed | stopped (by a failure every task would meet)
     run_dir: str | None = None
     correct: bool = False
     best_speedup: float | None = None
@@ -207,6 +207,11 @@ class Batch:
             atomic_write_json(self.path / "batch.json", data)
 
 
+# A session stopped for one of these (an LLM failure that every task would meet: a missing SDK
+# module, a refused key, an unknown model) stops the batch; the unstarted tasks stay pending.
+BATCH_STOPPING_REASONS = ("unavailable", "bad_config")
+
+
 async def run_batch(
     batch: Batch,
     *,
@@ -231,9 +236,12 @@ async def run_batch(
     started = time.monotonic()
     prior_wall = float(data.get("wall_s", 0.0))
     pending = [r for r in batch.rows() if r.status != "done"]
+    halted: list[str] = []  # set by a session stopped for a failure every task would meet
 
     async def one(index: int, row: TaskOutcome) -> None:
         async with job_gate:
+            if halted:
+                return  # left pending: `cudaforge resume` runs it once the cause is fixed
             gpu = (first_gpu + index) % n_gpus if device == "cuda" and n_gpus > 1 else first_gpu
             task_overrides = {**(overrides or {}), "eval.gpu": gpu, "session.mode": "auto",
                               "budget.dollars": float(config.get("budget", "batch_dollars"))}
@@ -252,6 +260,9 @@ async def run_batch(
                 stopped = await session.run()
                 outcome = _outcome(row, session.store.path, stopped.reason, stopped.message,
                                    prior_s=row.wall_s + time.monotonic() - t0, gpu=gpu)
+                if stopped.reason in BATCH_STOPPING_REASONS:
+                    halted.append(stopped.message)
+                    outcome = replace(outcome, status="stopped")
             except CudaforgeError as exc:
                 outcome = replace(row, status="failed", message=exc.message, wall_s=time.monotonic() - t0)
             await batch.update(outcome)
