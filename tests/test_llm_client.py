@@ -43,7 +43,7 @@ def openai_settings(srv: ScriptedLLMServer, **kw: object) -> LLMSettings:
 def anthropic_settings(srv: ScriptedLLMServer, **kw: object) -> LLMSettings:
     base = {
         "provider": "anthropic",
-        "model": "claude-sonnet-4-5",
+        "model": "claude-sonnet-4-6",
         "base_url": srv.base_url_anthropic,
         "timeout_s": 2.0,
         "max_retries": 2,
