@@ -7,4 +7,5 @@ if ! python3 -c "import torch" 2>/dev/null && [ -z "${CUDAFORGE_TORCH:-}" ]; the
 fi
 CUDAFORGE_EXTRAS="test" bash scripts/setup.sh
 .venv/bin/ruff check engine tui tests bench
+bash scripts/lint_imports.sh
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
