@@ -246,9 +246,15 @@ async def _cmd_doctor(args: argparse.Namespace) -> int:
     return doctor_exit_code(checks)
 
 
+# Stops for a failure that would repeat: the process exits as for bad input or a missing tool.
+_STOP_EXIT = {"bad_config": EXIT_BAD_INPUT, "unavailable": EXIT_UNAVAILABLE}
+
+
 def _session_exit(best_round: int | None, reason: str) -> int:
     if reason == "cancelled":
         return EXIT_INTERRUPTED
+    if reason in _STOP_EXIT:
+        return _STOP_EXIT[reason]
     return EXIT_OK if best_round is not None else EXIT_NOT_ACCEPTED
 
 
@@ -344,6 +350,9 @@ async def _finish_batch(args: argparse.Namespace, batch: Any, overrides: dict[st
     else:
         print(format_summary(summary))
         print(f"batch folder: {batch.path}")
+    halted = next((r.stop_reason for r in summary.rows if r.stop_reason in _STOP_EXIT), None)
+    if halted is not None:
+        return _STOP_EXIT[halted]
     return EXIT_OK if summary.correct == summary.tasks else EXIT_NOT_ACCEPTED
 
 

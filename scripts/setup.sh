@@ -6,11 +6,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-EXTRAS=${CUDAFORGE_EXTRAS:-all}
+EXTRAS=${CUDAFORGE_EXTRAS:-}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv --system-site-packages .venv
 fi
 if [ -n "${CUDAFORGE_TORCH:-}" ]; then
   .venv/bin/python -m pip install -q "$CUDAFORGE_TORCH"
 fi
-.venv/bin/python -m pip install -q -e ".[$EXTRAS]"
+if [ -n "$EXTRAS" ]; then
+  .venv/bin/python -m pip install -q -e ".[$EXTRAS]"
+else
+  .venv/bin/python -m pip install -q -e .
+fi

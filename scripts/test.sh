@@ -5,6 +5,7 @@ cd "$(dirname "$0")/.."
 if ! python3 -c "import torch" 2>/dev/null && [ -z "${CUDAFORGE_TORCH:-}" ]; then
   export CUDAFORGE_TORCH="torch==2.13.0"
 fi
-CUDAFORGE_EXTRAS="all,test,triton,ray" bash scripts/setup.sh
+CUDAFORGE_EXTRAS="test,triton,ray" bash scripts/setup.sh
 .venv/bin/ruff check engine tui tests bench
+bash scripts/lint_imports.sh
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

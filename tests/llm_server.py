@@ -35,6 +35,8 @@ FaultKind = Literal[
     "500",  # internal server error
     "529",  # Anthropic "overloaded"
     "401",  # bad key
+    "403",  # the key may not use this model
+    "404",  # unknown model
     "400",  # bad request
     "stall",  # no answer for stall_s seconds (past the client's timeout)
     "truncated",  # a reply cut off at the output limit (finish_reason length / stop_reason max_tokens)
@@ -326,6 +328,8 @@ class _Handler(BaseHTTPRequestHandler):
             "500": "api_error",
             "529": "overloaded_error",
             "401": "authentication_error",
+            "403": "permission_error",
+            "404": "not_found_error",
             "400": "invalid_request_error",
         }[kind]
         self._error(api, status, err_type, f"scripted {kind}", headers)

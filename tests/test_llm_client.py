@@ -43,7 +43,7 @@ def openai_settings(srv: ScriptedLLMServer, **kw: object) -> LLMSettings:
 def anthropic_settings(srv: ScriptedLLMServer, **kw: object) -> LLMSettings:
     base = {
         "provider": "anthropic",
-        "model": "claude-sonnet-4-5",
+        "model": "claude-sonnet-4-6",
         "base_url": srv.base_url_anthropic,
         "timeout_s": 2.0,
         "max_retries": 2,
@@ -263,7 +263,7 @@ async def test_truncated_reply_is_an_error_value_with_billed_usage(
 
 @pytest.mark.parametrize(
     ("fault", "kind"),
-    [("401", "auth"), ("400", "bad_request"), ("disconnect", "connection")],
+    [("401", "auth"), ("403", "auth"), ("404", "not_found"), ("400", "bad_request"), ("disconnect", "connection")],
 )
 @pytest.mark.parametrize("settings_for", [openai_settings, anthropic_settings])
 async def test_other_failures_become_error_values(
@@ -355,6 +355,7 @@ async def test_missing_sdk_is_an_error_value(server: ScriptedLLMServer) -> None:
     client = make_client(compat_settings(server), env=ENV)
     client._sdk_module = "cudaforge_no_such_sdk"
     result = await client.complete("s", HELLO)
-    assert isinstance(result, LLMError) and result.kind == "unknown"
+    assert isinstance(result, LLMError) and result.kind == "not_installed" and result.repeats
     assert "cudaforge_no_such_sdk is not installed" in result.message
+    assert "pip install cudaforge_no_such_sdk" in result.message
     assert server.requests == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from cudaforge.engine.errors import ConfigError
 from cudaforge.engine.llm import CallRecord, Usage, UsageLedger, find_profile, load_model_profiles, price_of
@@ -168,3 +170,33 @@ def test_round_estimate_in_the_readme_matches_the_profiles(model: str, per_round
     judge = price_of(model, Usage(input_tokens=8000, output_tokens=5000))
     assert coder is not None and judge is not None
     assert coder + judge == pytest.approx(per_round)
+
+
+def test_current_models_are_priced_with_date_and_source() -> None:
+    """The models the README's examples name are in the price sheets, each with its date and source."""
+    profiles = load_model_profiles()
+    for name in ("gpt-5.5", "claude-sonnet-4-6", "gpt-5", "gpt-5-mini"):
+        p = profiles[name]
+        assert p.priced and p.price_date and p.price_source, name
+
+
+def test_deprecated_model_gets_a_startup_notice(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A model injected into the anthropic SDK's own deprecation table gets one line at start-up;
+    a model not in it gets none."""
+    from anthropic import _data
+    from cudaforge.engine.config import load_config
+    from cudaforge.engine.llm.profiles import deprecation_notice
+    from cudaforge.engine.session.factory import build_parts
+
+    monkeypatch.setitem(_data.DEPRECATED_MODELS, "claude-cudaforge-test", "January 2nd, 2027")
+    line = deprecation_notice("claude-cudaforge-test", role="Coder")
+    assert line is not None and "\n" not in line
+    assert "claude-cudaforge-test" in line and "January 2nd, 2027" in line and "[coder] model" in line
+    assert deprecation_notice("claude-cudaforge-current", role="Coder") is None
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    config = load_config(None, {"eval.device": "cpu", "coder.provider": "anthropic",
+                                "coder.model": "claude-cudaforge-test", "judge.provider": "heuristic",
+                                "run.cache_dir": str(tmp_path)}, cwd=tmp_path, use_user_config=False)
+    parts = build_parts(config, mode="auto")
+    assert "Coder: model claude-cudaforge-test is deprecated" in parts.notice
+

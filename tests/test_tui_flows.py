@@ -257,7 +257,7 @@ async def test_settings_are_saved_with_comments_kept(tmp_path: Path, cache_dir: 
         assert cfg.read_text() == before, "nothing is written when a value is bad"
         app.screen.query_one("#set-session-rounds", Input).value = "7"
         app.screen.query_one("#set-coder-provider", Input).value = "anthropic"
-        app.screen.query_one("#set-coder-model", Input).value = "claude-sonnet-4-5"
+        app.screen.query_one("#set-coder-model", Input).value = "claude-sonnet-4-6"
         await pilot.press("ctrl+s")
         await pilot.pause()
         assert not isinstance(app.screen, SettingsScreen)
@@ -265,7 +265,7 @@ async def test_settings_are_saved_with_comments_kept(tmp_path: Path, cache_dir: 
     after = cfg.read_text()
     data = tomllib.loads(after)
     assert data["session"]["rounds"] == 7
-    assert data["coder"] == {"provider": "anthropic", "model": "claude-sonnet-4-5"}
+    assert data["coder"] == {"provider": "anthropic", "model": "claude-sonnet-4-6"}
     for line in before.splitlines():
         if line.startswith("#") or "# " in line and not line.startswith("rounds"):
             assert line in after, f"comment line lost: {line!r}"

@@ -82,10 +82,11 @@ class LLMClient(abc.ABC):
             sdk = await self._ensure_sdk()
         except Exception as exc:  # not installed, or broken: an error value like any other
             missing = isinstance(exc, ImportError)
+            module = (getattr(exc, "name", None) or self._sdk_module).split(".")[0]
+            needed_by = "" if module == self._sdk_module else f" (the {self._sdk_module} SDK needs it)"
             return LLMError(
-                kind="unknown",
-                message=f"{getattr(exc, 'name', None) or self._sdk_module} is not installed: "
-                "pip install 'cudaforge-tui[llm]'"
+                kind="not_installed" if missing else "unknown",
+                message=f"the Python module {module} is not installed{needed_by}: pip install {module}"
                 if missing
                 else f"could not set up the {self._sdk_module} client: {self._scrub(_exception_message(exc))}",
                 provider=self.provider,
@@ -470,13 +471,14 @@ def _jsonable(obj: Any) -> dict[str, Any]:
     return {}
 
 
-_STATUS_KIND: dict[int, ErrorKind] = {401: "auth", 403: "auth", 408: "timeout", 429: "rate_limited"}
+_STATUS_KIND: dict[int, ErrorKind] = {401: "auth", 403: "auth", 404: "not_found", 408: "timeout", 429: "rate_limited"}
 _BODY_KIND: dict[str, ErrorKind] = {
     "rate_limit_error": "rate_limited",
     "overloaded_error": "server_error",
     "api_error": "server_error",
     "authentication_error": "auth",
     "permission_error": "auth",
+    "not_found_error": "not_found",
     "invalid_request_error": "bad_request",
 }
 

@@ -157,3 +157,23 @@ def price_of(
         table = load_model_profiles() if profiles is None else profiles
         profile = table.get(LOCAL_PROFILE)
     return None if profile is None else profile.cost(usage)
+
+
+def deprecated_models() -> Mapping[str, str]:
+    """Model name -> end-of-life date, from the table the anthropic SDK ships ({} without it).
+    Read from the installed SDK, so the notice follows the user's SDK version, not our release."""
+    try:
+        from anthropic._data import DEPRECATED_MODELS  # type: ignore[import-not-found]
+    except Exception:  # no SDK, or a version without the table
+        return {}
+    return DEPRECATED_MODELS if isinstance(DEPRECATED_MODELS, Mapping) else {}
+
+
+def deprecation_notice(model: str, *, role: str) -> str | None:
+    """One line for start-up when `model` is in the SDK's deprecation table, else None."""
+    end_of_life = deprecated_models().get(model)
+    if end_of_life is None:
+        return None
+    return (f"{role}: model {model} is deprecated by its provider and reaches end of life on {end_of_life} "
+            f"(the installed anthropic SDK's table); set a current model in [{role.lower()}] model.")
+

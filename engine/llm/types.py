@@ -25,6 +25,8 @@ ErrorKind = Literal[
     "connection",
     "bad_request",  # 400/404/413/422: the request itself is wrong (model name, limits)
     "auth",  # 401/403 or a missing key
+    "not_found",  # 404: an unknown model (or a wrong base URL)
+    "not_installed",  # the provider's SDK cannot be imported
     "truncated",  # the reply hit max_output_tokens
     "refused",  # content filter / model refusal
     "no_module",  # the Coder's reply held no usable ModelNew module (after one retry)
@@ -32,6 +34,12 @@ ErrorKind = Literal[
     "cancelled",
     "unknown",
 ]
+
+
+# Failures the next call would meet again, whatever it asks: a session ends at the first one, with
+# its fix, instead of spending round after round on it. Values are the process exit codes
+# (3: a needed module is unavailable; 2: bad configuration).
+REPEATING_ERRORS: dict[str, int] = {"not_installed": 3, "auth": 2, "not_found": 2}
 
 
 @dataclass(frozen=True)
@@ -138,6 +146,11 @@ class LLMError:
     @property
     def ok(self) -> bool:
         return False
+
+    @property
+    def repeats(self) -> bool:
+        """True when every later call would fail the same way (see REPEATING_ERRORS)."""
+        return self.kind in REPEATING_ERRORS
 
     def one_line(self) -> str:
         """For event lines and logs: kind, status and message on one line."""

@@ -98,7 +98,7 @@ def visible_gpus() -> int:
 @dataclass(frozen=True)
 class TaskOutcome:
     task: str
-    status: str  # pending | running | done | failed | skipped (does not fit this card)
+    status: str  # pending | running | done | failed | skipped (does not fit) | stopped (a failure every task meets)
     run_dir: str | None = None
     correct: bool = False
     best_speedup: float | None = None
@@ -210,6 +210,11 @@ class Batch:
             atomic_write_json(self.path / "batch.json", data)
 
 
+# A session stopped for one of these (an LLM failure that every task would meet: a missing SDK
+# module, a refused key, an unknown model) stops the batch; the unstarted tasks stay pending.
+BATCH_STOPPING_REASONS = ("unavailable", "bad_config")
+
+
 async def run_batch(
     batch: Batch,
     *,
@@ -235,9 +240,12 @@ async def run_batch(
     prior_wall = float(data.get("wall_s", 0.0))
     pending = [r for r in batch.rows() if r.status != "done"]
     pool = await _open_pool(config, on_event) if pending else None
+    halted: list[str] = []  # set by a session stopped for a failure every task would meet
 
     async def one(index: int, row: TaskOutcome) -> None:
         async with job_gate:
+            if halted:
+                return  # left pending: `cudaforge resume` runs it once the cause is fixed
             gpu = (first_gpu + index) % n_gpus if device == "cuda" and n_gpus > 1 else first_gpu
             gpu = None if pool is not None else gpu  # on Ray, each evaluation's GPU is in the run's manifest
             task_overrides = {**(overrides or {}), "eval.gpu": gpu, "session.mode": "auto",
@@ -259,7 +267,10 @@ async def run_batch(
                 stopped = await session.run()
                 outcome = _outcome(row, session.store.path, stopped.reason, stopped.message,
                                    prior_s=row.wall_s + time.monotonic() - t0, gpu=gpu)
-                if pool is not None and pool.unavailable and stopped.reason == "error":
+                if stopped.reason in BATCH_STOPPING_REASONS:
+                    halted.append(stopped.message)
+                    outcome = replace(outcome, status="stopped")
+                elif pool is not None and pool.unavailable and stopped.reason == "error":
                     outcome = replace(outcome, status="failed")  # no node was left: resume retries it
             except CudaforgeError as exc:
                 outcome = replace(row, status="failed", message=exc.message, wall_s=time.monotonic() - t0)

@@ -20,6 +20,8 @@ DecisionAction = Literal["approve", "edit", "regenerate", "stop", "branch"]
 StopReason = Literal[
     "max_rounds", "target_speedup", "plateau", "budget_dollars", "budget_tokens", "budget_wall",
     "stopped_by_user", "no_candidate", "error", "cancelled", "does_not_fit",
+    "unavailable",  # a module the LLM client needs cannot be imported (exit 3)
+    "bad_config",  # the provider refused the key or does not know the model (exit 2)
 ]
 
 

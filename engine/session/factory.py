@@ -29,7 +29,7 @@ from cudaforge.engine.task import Task, load_task
 NO_LLM_NOTICE = (
     "No Coder LLM is configured, so this session runs in manual mode (you write each candidate) with the "
     "offline heuristic Judge. To add one, set [coder] provider and model in cudaforge.toml (e.g. provider = "
-    '"anthropic", model = "claude-sonnet-4-5") and export its API key (ANTHROPIC_API_KEY or OPENAI_API_KEY).'
+    '"anthropic", model = "claude-sonnet-4-6") and export its API key (ANTHROPIC_API_KEY or OPENAI_API_KEY).'
 )
 
 
@@ -74,21 +74,25 @@ def build_parts(config: Config, *, mode: str | None = None, env: dict[str, str] 
     if mode != "manual" and llm_configured(config, "coder"):
         from cudaforge.engine.agents import Coder
         from cudaforge.engine.llm import LLMSettings, make_client, provider_notice
+        from cudaforge.engine.llm.profiles import deprecation_notice
 
         settings = LLMSettings.from_table(dict(config.section("coder")), section="coder", source="config")
         coder = Coder(make_client(settings, env=env), format=fmt, gpu_summary=gpu_summary)
         notices.append(provider_notice(settings, role="Coder"))
+        notices.append(deprecation_notice(settings.model, role="Coder") or "")
     elif mode != "manual":
         mode = "manual"
         notices.append(NO_LLM_NOTICE)
     if llm_configured(config, "judge"):
         from cudaforge.engine.agents import Judge
         from cudaforge.engine.llm import LLMSettings, make_client, provider_notice
+        from cudaforge.engine.llm.profiles import deprecation_notice
 
         settings = LLMSettings.from_table(dict(config.section("judge")), section="judge", source="config")
         judge = Judge(make_client(settings, env=env), gpu_summary=gpu_summary)
         notices.append(provider_notice(settings, role="Judge"))
-    return Parts(evaluator, profiler, gpu_profile, coder, judge, mode, fmt, " ".join(notices))
+        notices.append(deprecation_notice(settings.model, role="Judge") or "")
+    return Parts(evaluator, profiler, gpu_profile, coder, judge, mode, fmt, " ".join(n for n in notices if n))
 
 
 def _gpu_summary(gpu_profile: Any, device: str) -> str:

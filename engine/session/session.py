@@ -24,9 +24,9 @@ from typing import Any
 from cudaforge.engine.agents import Coder, Judge, RoundNote
 from cudaforge.engine.backend import EvalBackend, ProfileBackend
 from cudaforge.engine.candidate import Candidate, check_candidate_source
-from cudaforge.engine.errors import CandidateError
+from cudaforge.engine.errors import EXIT_UNAVAILABLE, CandidateError
 from cudaforge.engine.fsutil import atomic_write_text
-from cudaforge.engine.llm.types import CallRecord, UsageLedger
+from cudaforge.engine.llm.types import REPEATING_ERRORS, CallRecord, UsageLedger
 from cudaforge.engine.results import EvalResult
 from cudaforge.engine.session.decisions import APPROVE, Decision, Driver
 from cudaforge.engine.session.events import (
@@ -362,6 +362,8 @@ class Session:
                                                  result=result, round=n)
             if reply.error is not None and reply.error.kind == "budget":
                 raise _Stop("budget_dollars", reply.error.message)
+            if reply.error is not None:
+                _stop_if_repeating("Judge", reply.error.to_dict())
             return {"subject_round": subject, "mode": mode, "text": reply.as_text(),
                     "source": "fallback" if reply.fallback else "llm", "reply": reply.to_dict()}
         from cudaforge.engine.analyzer import Analysis, heuristic_recommendation
@@ -411,6 +413,8 @@ class Session:
                 replayed = draft is not None
                 if draft is None:
                     draft = await self._coder_draft(n, parent_record, recommendation)
+                    # Not stored when it would repeat: a session resumed after the fix asks again.
+                    _stop_if_repeating("Coder", draft.get("error"))
                     self.store.put(n, f"coder-{k}", draft)
                 source, explanation = draft.get("source"), draft.get("explanation", "")
                 if source is None:
@@ -654,6 +658,28 @@ class Session:
         event = SessionStopped(reason, message, self.progress.best, self.progress.best_speedup, rounds_done)
         self._emit(event)
         return event
+
+
+_REPEAT_FIX = {
+    "auth": "check the API key in the provider's environment variable and that it may use this model",
+    "not_found": "check the model name and base_url of this agent in cudaforge.toml",
+}
+
+
+def _stop_if_repeating(agent: str, error: dict[str, Any] | None) -> None:
+    """End the session at an LLM failure that every later call would meet too (a missing SDK
+    module, a refused key, an unknown model), with the message and the fix, instead of failing
+    round after round."""
+    kind = (error or {}).get("kind")
+    if kind not in REPEATING_ERRORS:
+        return
+    assert error is not None
+    status = f" {error['status']}" if error.get("status") else ""
+    message = (error.get("message") or "").strip().splitlines()
+    where = f"{agent} ({error.get('provider') or '?'} {error.get('model') or '?'})"
+    fix = f"; {_REPEAT_FIX[kind]}" if kind in _REPEAT_FIX else ""
+    text = f"{where}: {kind}{status}: {message[0] if message else ''}{fix}"
+    raise _Stop("unavailable" if REPEATING_ERRORS[kind] == EXIT_UNAVAILABLE else "bad_config", text)
 
 
 _PHASE_NAMES = {"start": "compiling", "load_task": "compiling", "build": "compiling", "init": "compiling",

@@ -41,7 +41,7 @@ FIELDS: tuple[Field, ...] = (
     Field("eval", "trials", int, "correctness trials"),
     Field("budget", "dollars", float, "dollar cap per session"),
     Field("coder", "provider", str, "openai | anthropic | openai-compatible (empty: none, manual mode)"),
-    Field("coder", "model", str, "e.g. gpt-5, claude-sonnet-4-5"),
+    Field("coder", "model", str, "e.g. gpt-5, claude-sonnet-4-6"),
     Field("coder", "base_url", str, "for openai-compatible servers"),
     Field("coder", "api_key_env", str, "name of the environment variable with the key"),
     Field("judge", "provider", str, "heuristic | openai | anthropic | openai-compatible"),
