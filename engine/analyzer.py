@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from cudaforge.engine.compiler_log import classify as classify_error
+from cudaforge.engine.compiler_log import first_error_text
 from cudaforge.engine.gpus import GpuProfile
 from cudaforge.engine.profiling.metrics import CUDAFORGE_METRICS
 from cudaforge.engine.profiling.result import KernelProfile, ProfileResult
@@ -979,56 +981,8 @@ def _is_custom(kernel_name: str, result: EvalResult) -> bool | None:
     return None
 
 
-_ERROR_HINTS: tuple[tuple[str, str], ...] = (
-    (
-        r"identifier \"?(\w+)\"? is undefined|was not declared|undeclared identifier",
-        "declare or include what the message names (a missing #include, a typo, or a helper defined after its use)",
-    ),
-    (
-        r"expected a [\"']?[;)}\]]|expected an expression|syntax error",
-        "fix the syntax at the reported line (a missing ';', bracket or parenthesis)",
-    ),
-    (
-        r"no instance of overloaded function|no matching function|cannot convert|incompatible",
-        "make the argument types match the function's declaration (cast explicitly, e.g. float vs double, const)",
-    ),
-    (
-        r"too many resources requested|out of resources",
-        "reduce registers or shared memory per block, or launch fewer threads per block",
-    ),
-    (
-        r"uses too much shared data|shared memory",
-        "reduce the static shared memory, or use dynamic shared memory with the size attribute raised",
-    ),
-    (
-        r"illegal memory access|out of bounds|misaligned address",
-        "guard every global index with the element count and check the index arithmetic and the grid size",
-    ),
-    (
-        r"invalid configuration argument|invalid argument",
-        "check the launch configuration: block size <= 1024 threads, grid dimensions > 0, shared memory within the limit",
-    ),
-    (
-        r"out of memory|CUDA_ERROR_OUT_OF_MEMORY",
-        "allocate less: reuse buffers, avoid materialising large intermediates",
-    ),
-)
-
-
-def _first_error(text: str) -> str:
-    for line in text.splitlines():
-        stripped = line.strip()
-        if re.search(r"\berror\b", stripped, re.IGNORECASE) and stripped:
-            return stripped[:300]
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""
-
-
 def _hint_for(text: str) -> str | None:
-    for pattern, hint in _ERROR_HINTS:
-        if re.search(pattern, text, re.IGNORECASE):
-            return hint
-    return None
+    return classify_error(text)[1]
 
 
 def _worst_output(outputs: tuple[OutputCheck, ...]) -> OutputCheck | None:
@@ -1041,7 +995,7 @@ def _correction(result: EvalResult) -> dict[str, Any]:
     outcome = result.outcome
     if outcome == "compile_error":
         log = result.compile.log if result.compile else ""
-        first = _first_error(log) or result.message
+        first = first_error_text(log) or result.message
         hint = (
             _hint_for(first)
             or _hint_for(log)
@@ -1143,7 +1097,7 @@ def _correction(result: EvalResult) -> dict[str, Any]:
             "divergent branch (deadlock), or a grid far too small for the work.",
         }
     text = "\n".join(t for t in (result.traceback, result.stderr_tail, result.message) if t)
-    first = _first_error(text) or result.message or outcome
+    first = first_error_text(text) or result.message or outcome
     hint = _hint_for(text)
     defaults = {
         "cuda_error": "guard every global index with the element count and check the index arithmetic and the grid size",

@@ -5,10 +5,10 @@ Kept free of widgets so they can be tested and reused by the chart, the tree and
 
 from __future__ import annotations
 
-import ast
 import difflib
-import re
 from dataclasses import dataclass
+
+from cudaforge.engine.compiler_log import first_error, line_kind
 
 STATUS_STYLE = {
     "ok": ("✓", "green"),
@@ -103,13 +103,6 @@ def unified_diff(old: str, new: str, old_name: str, new_name: str) -> list[str]:
 
 # ---- compiler logs -----------------------------------------------------------------------------------
 
-_ERROR = re.compile(r"(\berror\b|\bError\b|FAILED|Traceback)", re.IGNORECASE)
-_WARNING = re.compile(r"\bwarning\b", re.IGNORECASE)
-_SNIPPET = re.compile(r"^\s*(\d+)\s\|\s?(.*)$")  # gcc/clang source excerpt: "    5 |   return x * 2"
-_LOCATION = re.compile(r"(?:\.(?:cpp|cu|cc|h|cuh)|kernel)[:(](\d+)(?::\d+)?\)?:?\s*(?:fatal\s+)?error",
-                       re.IGNORECASE)
-
-
 @dataclass(frozen=True)
 class LogLine:
     text: str
@@ -117,55 +110,10 @@ class LogLine:
 
 
 def classify_log(log: str) -> list[LogLine]:
-    out = []
-    for line in log.splitlines():
-        if _ERROR.search(line) and "-Werror" not in line and not line.lstrip().startswith(("c++ ", "[1/")):
-            kind = "error"
-        elif _WARNING.search(line):
-            kind = "warning"
-        else:
-            kind = "plain"
-        out.append(LogLine(line, kind))
-    return out
+    return [LogLine(line, line_kind(line)) for line in log.splitlines()]
 
 
 def failing_source_line(log: str, candidate: str) -> int | None:
-    """The 0-based line of `candidate` that the first compiler error points at, if it can be found.
-
-    First by the compiler's own source excerpt (gcc/clang print the offending line under the
-    message), which is exact whatever the kernel string's position; else by the error's line number
-    inside the first kernel source string of the candidate (NVRTC/nvcc print no excerpt)."""
-    lines = log.splitlines()
-    cand_lines = candidate.splitlines()
-    for i, line in enumerate(lines):
-        if not _ERROR.search(line) or line.lstrip().startswith(("c++ ", "[1/", "FAILED")):
-            continue
-        for follow in lines[i + 1:i + 4]:
-            m = _SNIPPET.match(follow)
-            if m and m.group(2).strip():
-                text = m.group(2).rstrip()
-                for j, cl in enumerate(cand_lines):
-                    if cl.rstrip() == text or (len(text.strip()) > 6 and cl.strip() == text.strip()):
-                        return j
-        loc = _LOCATION.search(line)
-        if loc:
-            return _line_in_kernel_string(candidate, int(loc.group(1)))
-    return None
-
-
-def _line_in_kernel_string(candidate: str, line_no: int) -> int | None:
-    """Map line `line_no` (1-based) of a generated source file to the candidate: the first
-    multi-line string constant long enough holds the kernels; load_inline prepends one include line."""
-    try:
-        tree = ast.parse(candidate)
-    except SyntaxError:
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "\n" in node.value:
-            body_lines = node.value.split("\n")
-            offset = 1 if "load_inline" in candidate else 0
-            idx = line_no - 1 - offset
-            if 0 <= idx < len(body_lines):
-                # a raw string starting with a newline begins on the line after the opening quotes
-                return node.lineno - 1 + idx
-    return None
+    """The 0-based line of `candidate` that the first compiler error points at, if it can be found."""
+    err = first_error(log, candidate)
+    return err.line if err is not None else None

@@ -22,6 +22,7 @@ from cudaforge.engine.agents.prompts import (
     judge_retry_message,
 )
 from cudaforge.engine.agents.summary import error_log_tail, metric_names
+from cudaforge.engine.compiler_log import first_error_text
 from cudaforge.engine.llm.types import CallRecord, LLMError, Message, Usage
 from cudaforge.engine.results import EvalResult
 
@@ -136,14 +137,6 @@ def parse_judge_reply(text: str, mode: JudgeMode) -> tuple[dict[str, Any] | None
     return validate_judge_json(data, mode)
 
 
-def _first_error_line(log: str) -> str:
-    for line in log.splitlines():
-        if "error" in line.lower() and line.strip():
-            return line.strip()[:300]
-    lines = [line.strip() for line in log.splitlines() if line.strip() and not line.startswith("[...")]
-    return lines[-1][:300] if lines else ""
-
-
 def fallback_reply(
     mode: JudgeMode,
     reason: str,
@@ -156,7 +149,7 @@ def fallback_reply(
 ) -> JudgeReply:
     """Generic advice, marked as such, used when the Judge gave nothing usable."""
     if mode == "correct":
-        first = _first_error_line(error_log)
+        first = first_error_text(error_log)
         return JudgeReply(
             mode="correct",
             critical_issue=f"{FALLBACK_MARK} not diagnosed; the first reported error is: {first or '(none found)'}",

@@ -10,6 +10,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from ..compiler_log import first_error_text
 from ..integrity import check_cache_reuse, source_findings
 from ..results import Finding, to_dict
 from . import checks as runtime_checks
@@ -178,10 +179,7 @@ def build_candidate(spec: dict[str, Any], recorder: BuildRecorder, task: Any, in
 
 
 def _first_error_line(log: str) -> str:
-    for line in log.splitlines():
-        if re.search(r"\berror\b", line, re.I) and not line.lower().startswith("traceback"):
-            return "compile error: " + line.strip()[:300]
-    return "compile error: " + (log.strip().splitlines() or ["(no log)"])[-1][:300]
+    return "compile error: " + (first_error_text(log) or "(no log)")
 
 
 def copy_parameters(model: Any, model_new: Any) -> list[str]:
