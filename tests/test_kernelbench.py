@@ -18,7 +18,8 @@ import torch
 from cudaforge.engine.config import load_config
 from cudaforge.engine.evaluator import EvalOptions, Evaluator
 from cudaforge.engine.worker import memory
-from cudaforge.engine.worker.compare import compare_output, would_pass_trivially
+from cudaforge.engine.worker.checks import FixedValueProbe
+from cudaforge.engine.worker.compare import compare_output
 
 REPO = Path(__file__).resolve().parent.parent
 KB = REPO.parent / "shared" / "kernelbench"
@@ -116,8 +117,13 @@ def test_sliced_compare_equals_the_whole_tensor_compare(monkeypatch: pytest.Monk
     ints = torch.arange(100)
     assert compare_output(0, ints, ints.flip(0), 0, 0).mismatches == 100
     small = torch.full((50,), 1e-6)
-    assert would_pass_trivially([small], 1e-4, 1e-4) == "zero"
-    assert would_pass_trivially([torch.randn(50, generator=g)], 1e-4, 1e-4) is None
+    probe = FixedValueProbe(1e-4, 1e-4)
+    probe.add([small])
+    weak = probe.finding(1)
+    assert weak is not None and weak.evidence["trivial_output"] == "zero"
+    probe = FixedValueProbe(1e-4, 1e-4)
+    probe.add([torch.randn(50, generator=g)])
+    assert probe.finding(1) is None
 
 
 def test_fingerprint_and_bits_equal_see_any_change() -> None:
