@@ -701,21 +701,22 @@ _SLICE = 1 << 23  # elements per slice of a whole-tensor check (no full-size tem
 
 
 def _mix_in_place(m: Any, v: Any, gen: Any, fraction: float) -> None:
-    """Replace about `fraction` of m's elements by v's, in slices (the mask drawn on the host per slice),
-    and always at least one drawn element."""
+    """Replace about `fraction` of m's elements by v's, in slices, and always at least one drawn element.
+    The masks come from `gen`, a generator on m's device: drawn on the host, an 8 GiB input's masks took
+    seconds per probe on the GPU machine."""
     import torch
 
     if not m.is_contiguous():
-        mask = (torch.rand(m.shape, generator=gen) < fraction).to(m.device)
-        mask.view(-1)[int(torch.randint(m.numel(), (1,), generator=gen))] = True
+        mask = torch.rand(m.shape, generator=gen, device=m.device) < fraction
+        mask.view(-1)[int(torch.randint(m.numel(), (1,), generator=gen, device=m.device))] = True
         m.copy_(torch.where(mask, v.to(m.device), m))
         return
     flat, src = m.view(-1), v.reshape(-1).to(m.device)
     for start in range(0, flat.numel(), _SLICE):
         n = min(_SLICE, flat.numel() - start)
-        mask = (torch.rand(n, generator=gen) < fraction).to(m.device)
+        mask = torch.rand(n, generator=gen, device=m.device) < fraction
         flat[start:start + n] = torch.where(mask, src[start:start + n], flat[start:start + n])
-    i = int(torch.randint(flat.numel(), (1,), generator=gen))
+    i = int(torch.randint(flat.numel(), (1,), generator=gen, device=m.device))
     flat[i] = src[i]
 
 
@@ -884,7 +885,7 @@ def check_cache_reuse(
         # The sparse mixes start from b as the reference left it: both sides then see the same values.
         mixed = b
         del b
-        gen = torch.Generator(device="cpu").manual_seed(seed)
+        gens: dict[str, Any] = {}  # one per device: masks drawn where the inputs live, never on the host
         # Up to SPARSE_ROUNDS sparse changes with independent masks: a cache validated by k sampled
         # elements survives one with probability (1 - sparse_fraction)^k, all of them with its cube.
         for round_ in range(SPARSE_ROUNDS):
@@ -894,7 +895,10 @@ def check_cache_reuse(
             changed = False
             for m, v in zip(mixed, d, strict=True):
                 if isinstance(m, torch.Tensor) and m.is_floating_point() and m.numel() > 0:
-                    _mix_in_place(m, v, gen, sparse_fraction)
+                    key = str(m.device)
+                    if key not in gens:
+                        gens[key] = torch.Generator(device=m.device).manual_seed(seed)
+                    _mix_in_place(m, v, gens[key], sparse_fraction)
                     changed = True
             del d
             if not changed:
