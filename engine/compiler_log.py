@@ -56,7 +56,7 @@ class CompilerError:
 
 def line_kind(line: str) -> str:
     """'error', 'warning' or 'plain': how a pane colours one log line (a traceback's header too)."""
-    if ERROR.search(line) and "-Werror" not in line and not line.lstrip().startswith(_NOT_AN_ERROR):
+    if ERROR.search(line) and "-Werror" not in line and not line.lstrip().startswith(("c++ ", "[1/")):
         return "error"
     if WARNING.search(line):
         return "warning"

@@ -62,7 +62,8 @@ async def check_task_fit(task_path: str | Path, options: Any) -> FitCheck | None
     """None when there is nothing to say (CPU device, unknown footprint or card); else the verdict."""
     if getattr(options, "device", "cpu") != "cuda":
         return None
-    fp = await task_footprint(task_path, python=options.python, seed=options.seed, precision=options.precision)
+    seed = options.seed if options.seed is not None else 42  # the footprint does not depend on the draw
+    fp = await task_footprint(task_path, python=options.python, seed=seed, precision=options.precision)
     if "footprint_bytes" not in fp:
         return None
     free = await asyncio.to_thread(card_free_bytes, options.gpu)

@@ -308,7 +308,7 @@ def get_init_inputs():
 '''
 
 
-def test_cpu_accounting_at_most_two_copies_of_the_inputs_are_alive_during_any_call(
+def test_cpu_accounting_at_most_three_copies_of_the_inputs_are_alive_during_any_call(
         tmp_path: Path, cpu_options: EvalOptions) -> None:
     """CPU-side accounting of the memory rule (the allocator's peak is CUDA-only): during every reference
     and candidate call of a whole evaluation (reference peak, correctness trials, kernel check, cache probes,
@@ -325,7 +325,7 @@ def test_cpu_accounting_at_most_two_copies_of_the_inputs_are_alive_during_any_ca
     assert result.timing is not None and result.memory is not None and result.memory.footprint_bytes > 0
     counts = [(side, int(n)) for side, n in (ln.split() for ln in log.read_text().splitlines())]
     assert {s for s, _ in counts} == {"Model", "ModelNew"} and len(counts) > 20
-    assert max(n for _, n in counts) <= 2, " ".join(f"{s[-3:]}{n}" for s, n in counts)
+    assert max(n for _, n in counts) <= 3, " ".join(f"{s[-3:]}{n}" for s, n in counts)
 
 
 def test_memory_section_is_printed_by_eval_and_shown_in_the_correctness_pane() -> None:
