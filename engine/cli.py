@@ -195,11 +195,12 @@ def _ncu_settings(config: Any) -> Any:
 
 
 async def _cmd_profile(args: argparse.Namespace) -> int:
-    from .analyzer import analyze, format_profile
     from .errors import ToolUnavailable
     from .evaluator import EvalOptions, Evaluator
     from .gpus import profile_for_device
     from .profiler import Profiler
+    from .profiling.analysis import analyze
+    from .profiling.render import format_profile
 
     config = load_config(args.config, _overrides(args))
     if config.get("eval", "device") != "cuda":

@@ -356,7 +356,8 @@ class Session:
                 analysis = self._analysis(record)
                 findings = [f.to_dict() for f in analysis.findings] if analysis is not None else None
                 reply = await self.judge.optimize(self.task.source, candidate_source=record.candidate or "",
-                                                  result=result, metrics=kernels, findings=findings, round=n)
+                                                  result=result, metrics=kernels, findings=findings,
+                                                  analysis=analysis, round=n)
             else:
                 reply = await self.judge.correct(self.task.source, candidate_source=record.candidate or "",
                                                  result=result, round=n)
@@ -366,22 +367,21 @@ class Session:
                 _stop_if_repeating("Judge", reply.error.to_dict())
             return {"subject_round": subject, "mode": mode, "text": reply.as_text(),
                     "source": "fallback" if reply.fallback else "llm", "reply": reply.to_dict()}
-        from cudaforge.engine.analyzer import Analysis, heuristic_recommendation
+        from cudaforge.engine.agents.offline_judge import NO_PROFILE, OfflineJudge
+        from cudaforge.engine.profiling.analysis import Analysis
 
         analysis = self._analysis(record) or Analysis(
-            gpu=getattr(self.gpu_profile, "name", "") or "cpu", profile_ok=False,
-            profile_message="no hardware profile for this round (CPU device, profiling off or failed)")
-        rec = heuristic_recommendation(analysis, result)
-        mode = rec.pop("mode", mode)
-        return {"subject_round": subject, "mode": mode, "text": _heuristic_text(rec), "source": "heuristic",
-                "reply": rec}
+            gpu=getattr(self.gpu_profile, "name", "") or "cpu", profile_ok=False, profile_message=NO_PROFILE)
+        reply = OfflineJudge().recommend(analysis, result)
+        return {"subject_round": subject, "mode": reply.mode, "text": reply.as_text(), "source": "heuristic",
+                "reply": reply.to_dict()}
 
     def _analysis(self, record: Any) -> Any:
         """The analyzer's view of a stored profile (recomputed: it is cheap and deterministic)."""
         if not record.profile or self.gpu_profile is None:
             return None
-        from cudaforge.engine.analyzer import analyze
         from cudaforge.engine.profiling import ProfileResult
+        from cudaforge.engine.profiling.analysis import analyze
 
         try:
             profile = ProfileResult.from_dict(record.profile)
@@ -521,7 +521,7 @@ class Session:
         profile = await self.profiler.profile(self.task, candidate)
         analysis = None
         if profile.ok and self.gpu_profile is not None:
-            from cudaforge.engine.analyzer import analyze
+            from cudaforge.engine.profiling.analysis import analyze
 
             analysis = analyze(profile, self.gpu_profile).to_dict()
         elif not profile.ok:
@@ -692,16 +692,6 @@ def _profile_kernels(profile: dict[str, Any] | None) -> Any:
         return None
     kernels = profile.get("kernels") or []
     return [{"kernel": k.get("name", "kernel"), "metrics": k.get("metrics", {})} for k in kernels] or None
-
-
-def _heuristic_text(rec: dict[str, Any]) -> str:
-    """The heuristic Judge's fields in the same layout as an LLM Judge's `as_text()`."""
-    if "critical_issue" in rec:
-        return (f"Critical issue: {rec.get('critical_issue', '')}\nWhy it matters: {rec.get('why_it_matters', '')}\n"
-                f"Minimal fix: {rec.get('minimal_fix_hint', '')}")
-    evidence = ", ".join(rec.get("evidence") or []) or "(none)"
-    return (f"Bottleneck: {rec.get('bottleneck', '')}\nMethod: {rec.get('method', '')}\nPlan: {rec.get('plan', '')}\n"
-            f"Evidence: {evidence}")
 
 
 __all__ = ["EventHook", "Session", "SessionPolicy"]
