@@ -3,7 +3,7 @@ elements (index, expected, got); the timing summary; the integrity findings with
 
 from __future__ import annotations
 
-from cudaforge.engine.report import format_memory
+from cudaforge.engine.result_text import format_memory
 from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult, OutputCheck
 from cudaforge.tui.format import SEVERITY_STYLE, fmt_err, fmt_speedup, status_glyph
 from rich.console import Group, RenderableType
