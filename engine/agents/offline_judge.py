@@ -42,7 +42,7 @@ def _optimization(analysis: Analysis, eval_result: EvalResult | None) -> dict[st
         if not analysis.kernels:
             why = analysis.profile_message or "no profile"
             return {
-                    "bottleneck": f"unknown: no hardware metrics ({why})",
+                "bottleneck": f"unknown: no hardware metrics ({why})",
                 "method": "reduce global-memory traffic",
                 "plan": "Without counters, start from the usual first step: fuse consecutive operations into one "
                 "kernel so intermediates stay in registers, use coalesced 128-bit loads and stores, and launch "
