@@ -122,7 +122,7 @@ async def run_session(out: Path) -> dict[str, Any]:
             "judge_s": p.get("judging", 0.0), "coder_s": p.get("thinking", 0.0),
             "evaluate_s": sum(p.get(k, 0.0) for k in ("compiling", "verifying", "timing")),
             "profile_s": p.get("profiling", 0.0),
-            "kernels": len((rec.profile or {}).get("kernels") or []),
+            "kernels": len(rec.profile.kernels) if rec.profile is not None else 0,
             "top_finding": ((rec.analysis or {}).get("findings") or [{}])[0].get("title", ""),
         })
     return {"run_dir": str(store.path), "stop": stopped.reason, "best_round": stopped.best_round,

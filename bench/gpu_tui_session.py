@@ -123,7 +123,7 @@ def main() -> int:
     print("| round | kind | outcome | speedup | profile |")
     print("| --- | --- | --- | --- | --- |")
     for n, v in sorted(m.rounds.items()):
-        prof = "none" if v.profile is None else ("ok" if v.profile.get("ok") else v.profile.get("error_kind"))
+        prof = "none" if v.profile is None else ("ok" if v.profile.ok else v.profile.error_kind)
         sp = f"{v.speedup:.2f}x" if v.speedup else "—"
         print(f"| {n} | {v.kind} | {v.status} | {sp} | {prof} |")
     print(f"GPU: {m.gpu_name}; stop: {m.stopped.reason if m.stopped else '?'}; run folder: {m.run_dir}")

@@ -95,7 +95,7 @@ async def session_rounds(task: str, rounds: int, out: Path, device: str = "cuda"
                      **{k + "_s": wp.get(k) for k in WARM},
                      "evaluate_s": sum(p.get(k, 0.0) for k in ("compiling", "verifying", "timing")),
                      "profile_s": p.get("profiling", 0.0),
-                     "profile_ok": bool((rec.profile or {}).get("ok"))})
+                     "profile_ok": rec.profile is not None and rec.profile.ok})
     return rows
 
 

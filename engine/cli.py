@@ -156,7 +156,7 @@ def _eprint(*a: Any) -> None:
 
 async def _cmd_eval(args: argparse.Namespace) -> int:
     from .evaluator import EvalOptions, Evaluator
-    from .report import format_result
+    from .result_text import format_result
 
     config = load_config(args.config, _overrides(args))
     task = load_task(args.task)
@@ -195,11 +195,12 @@ def _ncu_settings(config: Any) -> Any:
 
 
 async def _cmd_profile(args: argparse.Namespace) -> int:
-    from .analyzer import analyze, format_profile
     from .errors import ToolUnavailable
     from .evaluator import EvalOptions, Evaluator
     from .gpus import profile_for_device
     from .profiler import Profiler
+    from .profiling.analysis import analyze
+    from .profiling.render import format_profile
 
     config = load_config(args.config, _overrides(args))
     if config.get("eval", "device") != "cuda":
@@ -282,7 +283,7 @@ def _driver_for(mode: str) -> Any:
 
 
 async def _drive(session: Any, args: argparse.Namespace) -> int:
-    from .session.report import format_rounds
+    from .session.run_report import format_rounds
 
     stopped = await session.run()
     rounds_table = format_rounds(session.store)
@@ -376,7 +377,7 @@ async def _cmd_resume(args: argparse.Namespace) -> int:
 
 
 async def _cmd_export(args: argparse.Namespace) -> int:
-    from .session.report import export_best
+    from .session.run_report import export_best
 
     out, report = await asyncio.to_thread(export_best, args.run_dir, args.out, format=args.format,
                                           report=args.report, round=args.round)

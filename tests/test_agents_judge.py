@@ -9,7 +9,8 @@ import pytest
 from cudaforge.engine.agents import (
     FALLBACK_MARK,
     Judge,
-    fallback_reply,
+    OfflineJudge,
+    offline_fallback,
     parse_judge_reply,
     validate_judge_json,
 )
@@ -148,7 +149,9 @@ async def test_failed_call_gives_a_fallback_carrying_the_error(server: ScriptedL
     reply = await judge_for(server, max_retries=1).optimize(TASK, candidate_source=CANDIDATE, result=None)
     assert reply.fallback and reply.error is not None and reply.error.kind == "server_error"
     assert reply.fallback_reason.startswith("the call failed: server_error 500")
-    assert reply.bottleneck.startswith(FALLBACK_MARK)
+    assert reply.as_text().startswith(FALLBACK_MARK)
+    # the offline Judge answered, in the LLM Judge's mode (no profile: the usual first step)
+    assert reply.bottleneck.startswith("unknown: no hardware metrics") and reply.plan
     assert len(server.requests) == 2  # the SDK's retry only; the Judge does not retry transport errors
 
 
@@ -181,9 +184,20 @@ def test_schema_validation_rules() -> None:
     assert parse_judge_reply("nothing", "optimize") == (None, "the reply contains no JSON object")
 
 
-def test_fallback_reply_shapes() -> None:
-    opt = fallback_reply("optimize", "x")
+def test_fallback_is_the_offline_judge() -> None:
+    opt = offline_fallback("optimize", "x")
     assert opt.fallback and opt.method and opt.plan and opt.evidence == ()
-    cor = fallback_reply("correct", "x", error_log="")
+    assert opt.fields() == OfflineJudge().optimize(None).fields()
+    cor = offline_fallback("correct", "x", error_log="")
     assert "(none found)" in cor.critical_issue
     assert cor.to_dict()["fallback"] is True
+    with_result = offline_fallback("correct", "x", result=FAILED)
+    assert with_result.fields() == OfflineJudge().correct(FAILED).fields()
+    assert with_result.critical_issue.startswith("the candidate does not compile")
+
+
+async def test_invalid_twice_falls_back_to_the_offline_judge_on_the_result(server: ScriptedLLMServer) -> None:
+    server.push(Reply(text="no json"), Reply(text="still none"))
+    reply = await judge_for(server).correct(TASK, candidate_source=CANDIDATE, result=FAILED)
+    assert reply.fallback and reply.mode == "correct"
+    assert reply.fields() == OfflineJudge().correct(FAILED).fields()

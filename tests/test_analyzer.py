@@ -1,4 +1,5 @@
-"""Roofline/occupancy classification on the real H200 fixtures, the heuristic Judge, the text report."""
+"""Roofline/occupancy classification on the real H200 fixtures, the offline Judge, the text report,
+and the analysis's dict round trip."""
 
 from __future__ import annotations
 
@@ -7,16 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from cudaforge.engine.analyzer import (
-    COMPUTE_BOUND,
-    LATENCY_BOUND,
-    LAUNCH_BOUND,
-    MEMORY_BOUND,
-    Analysis,
-    analyze,
-    format_profile,
-    heuristic_recommendation,
-)
+from cudaforge.engine.agents.offline_judge import OfflineJudge
 from cudaforge.engine.gpus import detect_profile, profile_from_properties
 from cudaforge.engine.profiling import (
     NcuSettings,
@@ -25,6 +17,15 @@ from cudaforge.engine.profiling import (
     parse_query_metrics,
     plan_metrics,
 )
+from cudaforge.engine.profiling.analysis import (
+    COMPUTE_BOUND,
+    LATENCY_BOUND,
+    LAUNCH_BOUND,
+    MEMORY_BOUND,
+    Analysis,
+    analyze,
+)
+from cudaforge.engine.profiling.render import format_profile
 from cudaforge.engine.results import (
     CompileResult,
     Correctness,
@@ -149,6 +150,12 @@ def test_unknown_gpu_profile_degrades_gracefully(three: ProfileResult) -> None:
 # --- heuristic Judge ------------------------------------------------------------------------
 
 
+def recommend(analysis: Analysis, result: EvalResult | None = None) -> dict[str, object]:
+    """The offline Judge's reply as its mode and JSON fields (the LLM Judge's `fields()`)."""
+    reply = OfflineJudge().recommend(analysis, result)
+    return {"mode": reply.mode, **reply.fields()}
+
+
 def _eval(**kw: object) -> EvalResult:
     base: dict[str, object] = {
         "outcome": "ok",
@@ -163,7 +170,7 @@ def _eval(**kw: object) -> EvalResult:
 
 
 def test_optimization_mode_from_top_finding(three: ProfileResult, analysis: Analysis) -> None:
-    rec = heuristic_recommendation(analysis, _eval())
+    rec = recommend(analysis, _eval())
     assert rec["mode"] == "optimize"
     assert all(isinstance(rec[k], str) and rec[k] for k in OPTIMIZE_KEYS[:3])
     assert "cf_heavy" in rec["bottleneck"] and "37.5" in rec["bottleneck"]
@@ -174,7 +181,7 @@ def test_optimization_mode_from_top_finding(three: ProfileResult, analysis: Anal
 
 def test_library_kernel_plan_says_so(three: ProfileResult) -> None:
     only_gemm = replace(three, kernels=three.kernels[2:])
-    rec = heuristic_recommendation(
+    rec = recommend(
         analyze(only_gemm, H200),
         _eval(
             kernels=(
@@ -193,7 +200,7 @@ def test_library_kernel_plan_says_so(three: ProfileResult) -> None:
 
 def test_without_metrics_still_answers() -> None:
     empty = analyze(ProfileResult(ok=False, error_kind="permission_denied", message="no counters"), H200)
-    rec = heuristic_recommendation(empty)
+    rec = recommend(empty)
     assert rec["mode"] == "optimize" and "no counters" in rec["bottleneck"] and rec["evidence"] == []
 
 
@@ -202,7 +209,7 @@ def test_compile_error_correction() -> None:
         "kernel.cu(12): warning: variable unused\n"
         'kernel.cu(17): error: identifier "blockIdxx" is undefined\n1 error detected'
     )
-    rec = heuristic_recommendation(
+    rec = recommend(
         Analysis(gpu="x"),
         _eval(
             outcome="compile_error", accepted=False, compile=CompileResult(ok=False, format="nvrtc", log=log)
@@ -228,7 +235,7 @@ def test_wrong_shape_correction() -> None:
         dtype_got="float32",
         reason="shape",
     )
-    rec = heuristic_recommendation(Analysis(gpu="x"), _wrong(o))
+    rec = recommend(Analysis(gpu="x"), _wrong(o))
     assert "[16]" in rec["critical_issue"] and "[16, 32]" in rec["critical_issue"]
 
 
@@ -246,7 +253,7 @@ def test_tail_mismatch_correction() -> None:
         numel=1000,
         worst=(WorstElement(index=(999,), expected=1.5, got=0.0, abs_err=1.5),),
     )
-    rec = heuristic_recommendation(Analysis(gpu="x"), _wrong(o))
+    rec = recommend(Analysis(gpu="x"), _wrong(o))
     assert "8 of 1000" in rec["critical_issue"] and "[999]" in rec["critical_issue"]
     assert "boundary" in rec["minimal_fix_hint"].lower()
 
@@ -264,13 +271,13 @@ def test_precision_and_nan_corrections() -> None:
         mismatches=2,
         numel=4,
     )
-    assert "precision" in heuristic_recommendation(Analysis(gpu="x"), _wrong(small))["minimal_fix_hint"]
+    assert "precision" in recommend(Analysis(gpu="x"), _wrong(small))["minimal_fix_hint"]
     nan = replace(small, nonfinite_got=3)
-    assert "NaN" in heuristic_recommendation(Analysis(gpu="x"), _wrong(nan))["critical_issue"]
+    assert "NaN" in recommend(Analysis(gpu="x"), _wrong(nan))["critical_issue"]
 
 
 def test_integrity_and_cuda_error_corrections() -> None:
-    rec = heuristic_recommendation(
+    rec = recommend(
         Analysis(gpu="x"),
         _eval(
             outcome="integrity_failure",
@@ -279,7 +286,7 @@ def test_integrity_and_cuda_error_corrections() -> None:
         ),
     )
     assert "side_stream" in rec["critical_issue"]
-    rec = heuristic_recommendation(
+    rec = recommend(
         Analysis(gpu="x"),
         _eval(
             outcome="cuda_error",
@@ -311,3 +318,13 @@ def test_format_failed_profile() -> None:
     r = replace(r, ok=False, error_kind="target_failed", message="the profiled program exited with code 3")
     text = format_profile(r, analyze(r, H200))
     assert "PROFILE FAILED [target_failed]" in text and "FillFunctor" in text
+
+
+def test_analysis_round_trips_through_its_dict(analysis: Analysis) -> None:
+    """Run records and events store `to_dict()`; `from_dict` gives back the same typed tree."""
+    assert analysis.findings and analysis.kernels
+    data = json.loads(json.dumps(analysis.to_dict()))
+    back = Analysis.from_dict(data)
+    assert back == analysis
+    assert back.to_dict() == data
+    assert back.findings[0].evidence[0].describe() == analysis.findings[0].evidence[0].describe()

@@ -329,7 +329,7 @@ def test_cpu_accounting_at_most_three_copies_of_the_inputs_are_alive_during_any_
 
 
 def test_memory_section_is_printed_by_eval_and_shown_in_the_correctness_pane() -> None:
-    from cudaforge.engine.report import format_result
+    from cudaforge.engine.result_text import format_result
     from cudaforge.engine.results import EvalResult, Memory
     from cudaforge.tui.widgets.correctness import render_correctness
     from rich.console import Console

@@ -96,6 +96,10 @@ async def test_full_session_seed_repair_optimize_and_revert(server: ScriptedLLMS
     assert recs[0].result is not None and recs[0].result.compile is not None and not recs[0].result.compile.ok
     assert recs[3].parent == 2 and recs[2].parent == 2 and recs[1].parent == 1
     assert len(store.calls()) == 7 and sum(r.cost_usd for r in recs) > 0
+    # the event that ends a round carries what its calls cost: a UI needs no call log
+    assert [(rounds[r.round].tokens, rounds[r.round].cost_usd) for r in recs] == [
+        (r.tokens, pytest.approx(r.cost_usd)) for r in recs]
+    assert all(rounds[n].tokens > 0 for n in (1, 2, 3, 4))
     state = store.state
     assert state["status"] == "finished" and state["best_round"] == stopped.best_round
     manifest = store.manifest
@@ -247,6 +251,7 @@ async def test_manual_mode_without_llm_uses_the_heuristic_judge(cache_dir: Path,
     assert stopped.reason == "max_rounds" and stopped.best_round == 2
     judged = _kinds(events, JudgeRecommended)
     assert len(judged) == 1 and judged[0].source == "heuristic" and judged[0].mode == "correct"
+    assert judged[0].text.startswith("Critical issue: ")  # the offline Judge's JudgeReply.as_text()
     assert driver.seen[0].options == ("edit", "branch", "stop")
 
 

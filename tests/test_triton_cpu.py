@@ -20,7 +20,7 @@ import pytest
 from cudaforge.engine.candidate import Candidate, load_candidate
 from cudaforge.engine.cli import exit_code_for
 from cudaforge.engine.evaluator import Evaluator
-from cudaforge.engine.report import format_result
+from cudaforge.engine.result_text import format_result
 from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult
 from cudaforge.engine.task import load_task
 
@@ -212,7 +212,7 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
 
 async def test_scripted_triton_session_then_export(server, cache_dir: Path, tmp_path: Path) -> None:
     from cudaforge.engine.session import JudgeRecommended, RoundFinished, RunStore, create_session
-    from cudaforge.engine.session.report import export_best, format_rounds
+    from cudaforge.engine.session.run_report import export_best, format_rounds
     from session_kit import coder_reply, judge_correct_reply, judge_optimize_reply, session_config
 
     broken = (TASKS / "compile_error.py").read_text()

@@ -105,6 +105,8 @@ async def test_edit_the_judges_recommendation(tmp_path: Path, cache_dir: Path) -
             await pilot.press("a")
             await wait_until(pilot, pending_point(app, "recommendation", 2), what="the Judge's recommendation")
             assert "vectorize the loop" in app.judge_pane.shown_text
+            r1 = app.model.get(1)  # its cost came with RoundFinished; the App reads no call log
+            assert r1 is not None and r1.finished and r1.tokens > 0 and r1.cost_usd > 0
             await pilot.press("e")
             editor = app.judge_pane.editor
             assert editor.display and not editor.read_only

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from cudaforge.engine.config import Config, load_config
 from cudaforge.engine.errors import CudaforgeError
@@ -111,7 +110,6 @@ class WorkbenchApp(App[int]):
         self.heap = HeapFreezer()  # keeps full garbage collections short (see collector.py)
         self.banner_text = ""
         self.exit_code = 0
-        self._answered: DecisionNeeded | None = None  # the request we already answered (no double answers)
 
     # ---- layout -------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -264,15 +262,12 @@ class WorkbenchApp(App[int]):
                 if event.notice:
                     self._banner(event.notice)
                     self._log(event.notice)
-                if event.resumed:
-                    self._load_costs()
                 self._load_gpu_name()
             case RoundStarted() if not event.replayed:
                 self.selected = event.round
                 self._log(f"round {event.round}: {event.kind}"
                           + (f", building on round {event.parent}" if event.parent is not None else ""))
             case DecisionNeeded():
-                self._answered = None
                 self.selected = event.round
                 self._open_tab("source" if event.point == "candidate" else "judge")
                 self._log(f"round {event.round} waits for a decision on the {event.point}")
@@ -282,10 +277,8 @@ class WorkbenchApp(App[int]):
                           + (f" — {r.message}" if r.message and not r.accepted else "")
                           + (" (cached result)" if event.cached else ""),
                           "info" if r.accepted else "warning")
-            case RoundFinished():
-                self._load_costs(event.round)
-                if event.replayed:
-                    self.selected = event.round
+            case RoundFinished() if event.replayed:
+                self.selected = event.round
             case Reverted():
                 self._log(f"next round builds on round {event.to_round}: {event.reason}", "warning")
             case Notice():
@@ -316,32 +309,6 @@ class WorkbenchApp(App[int]):
             gpu = RunStore(Path(self.model.run_dir), read_only=True).manifest.get("gpu") or {}
             self.model.gpu_name = str(gpu.get("name") or ("CPU" if gpu.get("device") == "cpu" else ""))
 
-    def _load_costs(self, only: int | None = None) -> None:
-        """Per-round tokens and dollars come from the run folder's call log (events carry totals only);
-        read in a thread (the round files), applied and drawn back on the loop."""
-        if not self.model.run_dir:
-            return
-        run_dir = Path(self.model.run_dir)
-        numbers = [only] if only is not None else list(self.model.rounds)
-
-        def read() -> dict[int, tuple[Any, Any]]:
-            store = RunStore(run_dir, read_only=True)
-            calls = store.calls()
-            return {n: (rec.cost_usd, rec.tokens) for n in numbers for rec in [store.load_round(n, calls)]}
-
-        async def load() -> None:
-            try:
-                costs = await asyncio.to_thread(read)
-            except (OSError, ValueError, CudaforgeError) as exc:
-                self._log(f"could not read round costs: {exc}", "warning")
-                return
-            for n, (cost, tokens) in costs.items():
-                view = self.model.ensure(n)
-                view.cost_usd, view.tokens = cost, tokens
-            self._refresh_all(set(costs))
-
-        self.run_worker(load(), group="costs", exclusive=False)
-
     # ---- drawing --------------------------------------------------------------------------------
     def _refresh_all(self, changed: set[int] | None = None) -> None:
         if not self.query(RoundsPane):
@@ -352,82 +319,19 @@ class WorkbenchApp(App[int]):
         self.query_one(RoundsPane).show_model(m, self.selected)
         self.query_one(SpeedupChart).show(m.speedups(), m.best_round)
         self.query_one(StatusBar).show(m)
-        self.query_one(DecisionBar).show(m.pending if self._answered is None else None, self.keys,
+        self.query_one(DecisionBar).show(m.pending, self.keys,
                                          self._edited(), manual=m.mode == "manual")
         if changed is None or self.selected in changed:
             self._show_round(self.selected)
 
     def _show_round(self, n: int | None) -> None:
+        """Every pane draws itself from the selected round's view."""
         view = self.model.get(n)
-        self._show_source(view)
-        compiler = self.query_one(CompilerPane)
-        compiler.show(view.result if view else None, view.coder_error if view else None)
-        self.query_one(CorrectnessPane).show(view.result if view else None)
-        self._show_metrics(view)
-        self._show_judge(view)
-
-    def _show_source(self, view: RoundView | None) -> None:
-        header = Text()
-        if view is None:
-            header.append("no round selected" if self.model.rounds else "no rounds yet", style="dim")
-            self.source_pane.show(None, "", header)
-            return
-        header.append(f"round {view.round} · {view.kind}", style="bold")
-        if view.format:
-            header.append(f" · {view.format}")
-        if view.origin:
-            header.append(f" · written by {'the Coder' if view.origin == 'coder' else 'you'}"
-                          + (" (edited)" if view.origin == "edited" else ""))
-        pending = self.model.pending
-        if pending is not None and pending.round == view.round and pending.point == "candidate":
-            header.append("  DRAFT: approve, edit or regenerate", style="bold yellow")
-        elif view.candidate_is_draft:
-            header.append("  draft", style="yellow")
-        if view.coder_error:
-            header.append(f"  Coder failed: {view.coder_error}", style="red")
-        if view.explanation:
-            header.append(f"\n{view.explanation.strip()[:300]}", style="dim")
-        self.source_pane.show(view.round, view.candidate, header)
-        result = view.result
-        if result is not None and result.outcome == "compile_error" and result.compile and view.candidate:
-            line = failing_source_line(result.compile.log, view.candidate)
-            if line is not None and not self.source_pane.editing:
-                self.source_pane.highlight_line(line)
+        for pane in (self.source_pane, self.query_one(CompilerPane), self.query_one(CorrectnessPane),
+                     self.query_one(MetricsPane), self.judge_pane):
+            pane.show_round(self.model, view)
         if self.source_pane.diff_mode != "off":
             self._apply_diff(self.source_pane.diff_mode)
-
-    def _show_metrics(self, view: RoundView | None) -> None:
-        pane = self.query_one(MetricsPane)
-        if view is None:
-            pane.show(None, None, None, None, ("prev", "best"))
-            return
-        parent = self.model.get(view.parent)
-        best = self.model.get(self.model.best_round) if self.model.best_round != view.round else None
-        reason = ""
-        if view.profile is None:
-            if view.result is not None and view.result.device == "cpu":
-                reason = "no NCU profile: this round ran on the CPU device (profiling needs CUDA and ncu)"
-            elif view.result is not None and not view.result.accepted:
-                reason = f"no NCU profile: the candidate was not accepted ({view.result.outcome})"
-        pane.show(view.profile, view.analysis, parent.profile if parent else None, best.profile if best else None,
-                  (f"r{view.parent}" if parent else "prev", f"best r{self.model.best_round}" if best else "best"),
-                  reason)
-
-    def _show_judge(self, view: RoundView | None) -> None:
-        header = Text()
-        pending = self.model.pending
-        if view is None:
-            self.judge_pane.show(None, "", Text("no round selected", style="dim"))
-            return
-        if view.recommendation is None:
-            header.append(f"round {view.round}: no recommendation" + (" (seed rounds start without one)"
-                                                                      if view.parent is None else ""), style="dim")
-        else:
-            header.append(f"round {view.round} · Judge on round {view.subject_round} · {view.judge_mode} · "
-                          f"{view.judge_source}", style="bold")
-        if pending is not None and pending.round == view.round and pending.point == "recommendation":
-            header.append("  DRAFT: approve, edit (e), write your own (w), regenerate or branch", style="bold yellow")
-        self.judge_pane.show(view.round, view.recommendation, header)
 
     def _tick(self) -> None:
         for bar in self.query(StatusBar):  # none while the app shuts down
@@ -472,7 +376,7 @@ class WorkbenchApp(App[int]):
     def on_text_area_changed(self) -> None:
         if not self.query(DecisionBar):
             return  # a late Changed while the app shuts down
-        self.query_one(DecisionBar).show(self.model.pending if self._answered is None else None, self.keys,
+        self.query_one(DecisionBar).show(self.model.pending, self.keys,
                                          self._edited(), manual=self.model.mode == "manual")
 
     async def on_event(self, event: events.Event) -> None:
@@ -497,7 +401,7 @@ class WorkbenchApp(App[int]):
     # ---- decisions ------------------------------------------------------------------------------
     def _pending(self, point: str | None = None) -> DecisionNeeded | None:
         pending = self.model.pending
-        if pending is None or self._answered is pending:
+        if pending is None:
             return None
         if point is not None and pending.point != point:
             return None
@@ -512,7 +416,7 @@ class WorkbenchApp(App[int]):
             self.notify(f"'{decision.action}' is not possible here ({', '.join(pending.options)})",
                         severity="warning")
             return
-        self._answered = pending
+        self.model.answered()  # no second answer to the same request
         self.source_pane.stop_editing()
         self.judge_pane.stop_editing()
         if self.session_thread is not None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
+from cudaforge.engine.profiling import ProfileResult
+from cudaforge.engine.profiling.analysis import Analysis
 from cudaforge.engine.results import EvalResult
 from cudaforge.engine.session import (
     CandidateEvaluated,
@@ -21,10 +22,8 @@ from cudaforge.engine.session import (
     Event,
     JudgeRecommended,
     ModeChanged,
-    Notice,
     PhaseChanged,
     ProfileReady,
-    Reverted,
     RoundFinished,
     RoundRecord,
     RoundStarted,
@@ -51,8 +50,8 @@ class RoundView:
     explanation: str = ""
     coder_error: str | None = None
     result: EvalResult | None = None
-    profile: dict[str, Any] | None = None
-    analysis: dict[str, Any] | None = None
+    profile: ProfileResult | None = None
+    analysis: Analysis | None = None
     recommendation: str | None = None  # what the Judge said about the parent round (this round's input)
     judge_source: str = ""
     judge_mode: str = ""
@@ -108,11 +107,9 @@ class RunModel:
     phase: str = "idle"
     phase_round: int | None = None
     phase_started: float = 0.0
-    phase_detail: str = ""
     current_round: int | None = None
-    pending: DecisionNeeded | None = None
+    pending: DecisionNeeded | None = None  # the one place the waiting request lives; None once answered
     stopped: SessionStopped | None = None
-    notices: list[Notice] = field(default_factory=list)
     gpu_name: str = ""
 
     # ---- reading ---------------------------------------------------------------------------------
@@ -152,7 +149,7 @@ class RunModel:
                 changed.add(event.round)
             case PhaseChanged():
                 self.phase, self.phase_round = event.phase, event.round
-                self.phase_started, self.phase_detail = event.started_at, event.detail
+                self.phase_started = event.started_at
             case CandidateProposed():
                 view = self.ensure(event.round)
                 view.candidate, view.format, view.origin = event.source, event.format, event.origin
@@ -184,7 +181,6 @@ class RunModel:
             case DecisionNeeded():
                 self.pending = event
                 self.phase, self.phase_round, self.phase_started = "waiting", event.round, time.time()
-                self.phase_detail = event.point
                 if event.point == "candidate":
                     view = self.ensure(event.round)
                     if event.text:
@@ -192,34 +188,34 @@ class RunModel:
                     view.candidate_is_draft = True
                 changed.add(event.round)
             case DecisionMade():
-                if self.pending is not None and self.pending.round == event.round and not event.replayed:
+                if not event.replayed and self.phase == "waiting" and self.phase_round == event.round:
                     self.pending = None
-                    if self.phase == "waiting":
-                        self.phase = "idle"
+                    self.phase = "idle"
                 if event.point == "candidate" and event.action in ("approve", "edit"):
                     self.ensure(event.round).candidate_is_draft = False
                 changed.add(event.round)
             case RoundFinished():
                 view = self.ensure(event.round)
                 view.finished, view.outcome, view.kind = True, event.outcome, event.kind
+                view.tokens, view.cost_usd = event.tokens, event.cost_usd
                 view.candidate_is_draft = False
                 self.best_round, self.best_speedup = event.best_round, event.best_speedup
                 changed.add(event.round)
             case UsageUpdated():
                 self.tokens, self.dollars, self.cost_known, self.calls = (event.tokens, event.dollars,
                                                                           event.cost_known, event.calls)
-            case Notice():
-                self.notices.append(event)
             case ModeChanged():
                 self.mode = event.mode
-            case Reverted():
-                pass
             case SessionStopped():
                 self.stopped = event
                 self.pending = None
                 self.phase = "idle"
                 self.best_round, self.best_speedup = event.best_round, event.best_speedup
         return changed
+
+    def answered(self) -> None:
+        """The person answered the waiting request: it is no longer pending (the engine goes on)."""
+        self.pending = None
 
     def load_records(self, records: list[RoundRecord]) -> None:
         """Fill the rounds from a run folder (read-only browsing, or costs of a resumed run)."""

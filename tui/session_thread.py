@@ -27,7 +27,7 @@ SWITCH_INTERVAL_S = 0.001
 
 
 class SessionThread:
-    """Runs `session.run()` (then `session.evaluator.aclose()`) on a private loop in a thread."""
+    """Runs `session.run()` on a private loop in a thread (the Session closes its own workers)."""
 
     def __init__(self, session: Any) -> None:
         self.session = session
@@ -51,13 +51,7 @@ class SessionThread:
             self._started.set()
             if self._cancelled:
                 raise asyncio.CancelledError
-            try:
-                return await self.session.run()
-            finally:
-                close = getattr(self.session.evaluator, "aclose", None)
-                if close is not None:
-                    with contextlib.suppress(Exception):
-                        await asyncio.shield(close())
+            return await self.session.run()
 
         try:
             return loop.run_until_complete(main())

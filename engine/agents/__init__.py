@@ -1,5 +1,5 @@
 """The Coder and the Judge: prompts (pure builders over markdown templates), reply extraction
-and validation, retry-once policies and fallbacks. Imports no LLM SDK until a call is made."""
+and validation, retry-once policies, and the offline Judge (the one fallback). Imports no LLM SDK until a call is made."""
 
 from cudaforge.engine.agents.base import Agent, total_cost, total_usage
 from cudaforge.engine.agents.coder import Coder, CoderReply
@@ -11,15 +11,9 @@ from cudaforge.engine.agents.extract import (
     extract_module,
     extract_module_detailed,
 )
-from cudaforge.engine.agents.judge import (
-    FALLBACK_MARK,
-    Judge,
-    JudgeMode,
-    JudgeReply,
-    fallback_reply,
-    parse_judge_reply,
-    validate_judge_json,
-)
+from cudaforge.engine.agents.judge import Judge, parse_judge_reply, validate_judge_json
+from cudaforge.engine.agents.judge_reply import FALLBACK_MARK, JudgeMode, JudgeReply
+from cudaforge.engine.agents.offline_judge import OfflineJudge, offline_fallback
 from cudaforge.engine.agents.prompts import (
     CORRECT_KEYS,
     FORMATS,
@@ -61,6 +55,7 @@ __all__ = [
     "Judge",
     "JudgeMode",
     "JudgeReply",
+    "OfflineJudge",
     "Prompt",
     "RoundNote",
     "build_coder_optimize",
@@ -76,13 +71,13 @@ __all__ = [
     "extract_json_object",
     "extract_module",
     "extract_module_detailed",
-    "fallback_reply",
     "format_findings",
     "format_history",
     "format_metrics",
     "format_recommendation",
     "judge_retry_message",
     "judge_system_prompt",
+    "offline_fallback",
     "metric_names",
     "parse_judge_reply",
     "summarize_result",

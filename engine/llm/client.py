@@ -523,7 +523,7 @@ def make_client(settings: LLMSettings, *, env: Mapping[str, str] | None = None) 
     """The client for one agent's settings; a missing API key is a ConfigError raised here,
     before any call, so the user hears about it at start-up and not mid-session."""
     if settings.provider == "heuristic":
-        raise ConfigError("the heuristic Judge runs offline and has no LLM client (see engine/analyzer.py)")
+        raise ConfigError("the heuristic Judge runs offline and has no LLM client (see engine/agents/offline_judge.py)")
     problem = check_api_key(settings, env)
     if problem is not None:
         raise ConfigError(problem)

@@ -86,8 +86,8 @@ class ProgressDisplay:
                 cached = " (cached)" if e.cached else ""
                 return f"  evaluated{cached}: {r.outcome}: {r.message}"
             case ProfileReady(replayed=False):
-                n = len(e.profile.get("kernels") or [])
-                return f"  profiled: {n} kernel(s)" + ("" if e.profile.get("ok", True) else f" ({e.profile.get('message')})")
+                n = len(e.profile.kernels)
+                return f"  profiled: {n} kernel(s)" + ("" if e.profile.ok else f" ({e.profile.message})")
             case Reverted():
                 return f"  revert: next round builds on round {e.to_round} ({e.reason})"
             case RoundFinished():

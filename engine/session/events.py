@@ -9,8 +9,10 @@ A resumed session first re-emits the events of the steps it loaded from its run 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
+from cudaforge.engine.profiling.analysis import Analysis
+from cudaforge.engine.profiling.result import ProfileResult
 from cudaforge.engine.results import EvalResult
 
 RoundKind = Literal["seed", "repair", "optimize", "manual"]
@@ -82,8 +84,8 @@ class CandidateEvaluated:
 @dataclass(frozen=True)
 class ProfileReady:
     round: int
-    profile: dict[str, Any]  # ProfileResult.to_dict()
-    analysis: dict[str, Any] | None  # Analysis.to_dict(), None without a GPU profile
+    profile: ProfileResult
+    analysis: Analysis | None  # None without a GPU spec, or when the profile failed
     replayed: bool = False
 
 
@@ -125,6 +127,8 @@ class RoundFinished:
     best_round: int | None
     best_speedup: float | None
     replayed: bool = False
+    tokens: int = 0  # what the round's LLM calls used, so a UI needs no call log
+    cost_usd: float = 0.0
 
 
 @dataclass(frozen=True)

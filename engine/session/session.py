@@ -27,6 +27,7 @@ from cudaforge.engine.candidate import Candidate, check_candidate_source
 from cudaforge.engine.errors import EXIT_UNAVAILABLE, CandidateError
 from cudaforge.engine.fsutil import atomic_write_text
 from cudaforge.engine.llm.types import REPEATING_ERRORS, CallRecord, UsageLedger
+from cudaforge.engine.profiling.analysis import Analysis, analyze
 from cudaforge.engine.results import EvalResult
 from cudaforge.engine.session.decisions import APPROVE, Decision, Driver
 from cudaforge.engine.session.events import (
@@ -50,7 +51,7 @@ from cudaforge.engine.session.events import (
     StopReason,
     UsageUpdated,
 )
-from cudaforge.engine.session.store import RunStore
+from cudaforge.engine.session.store import RoundRecord, RunStore
 from cudaforge.engine.task import Task
 
 EventHook = Callable[[Event], None]
@@ -292,9 +293,12 @@ class Session:
                                     "progress": self.progress.to_dict()})
         self.store.save_state(best_round=self.progress.best, best_speedup=self.progress.best_speedup,
                               rounds_done=n, active_s=self.active_seconds)
+        calls = [c for c in self.ledger.records if c.round == n]
         self._emit(RoundFinished(n, kind, result.outcome if result else "no_candidate",
                                  result.speedup if result and result.accepted else None,
-                                 self.progress.best, self.progress.best_speedup))
+                                 self.progress.best, self.progress.best_speedup,
+                                 tokens=sum(c.usage.total_tokens for c in calls),
+                                 cost_usd=sum(c.cost_usd or 0.0 for c in calls)))
 
     def _kind_for(self, parent: int | None) -> str:
         if self.mode == "manual" or self.coder is None:
@@ -352,11 +356,12 @@ class Session:
             self._phase(n, "judging", f"Judge ({self.judge.client.model}) on round {subject}")
             self._check_budget()
             if mode == "optimize":
-                kernels = _profile_kernels(record.profile)
+                kernels = (list(record.profile.kernels) or None) if record.profile is not None else None
                 analysis = self._analysis(record)
-                findings = [f.to_dict() for f in analysis.findings] if analysis is not None else None
+                findings = analysis.findings if analysis is not None else None
                 reply = await self.judge.optimize(self.task.source, candidate_source=record.candidate or "",
-                                                  result=result, metrics=kernels, findings=findings, round=n)
+                                                  result=result, metrics=kernels, findings=findings,
+                                                  analysis=analysis, round=n)
             else:
                 reply = await self.judge.correct(self.task.source, candidate_source=record.candidate or "",
                                                  result=result, round=n)
@@ -366,28 +371,19 @@ class Session:
                 _stop_if_repeating("Judge", reply.error.to_dict())
             return {"subject_round": subject, "mode": mode, "text": reply.as_text(),
                     "source": "fallback" if reply.fallback else "llm", "reply": reply.to_dict()}
-        from cudaforge.engine.analyzer import Analysis, heuristic_recommendation
+        from cudaforge.engine.agents.offline_judge import NO_PROFILE, OfflineJudge
 
         analysis = self._analysis(record) or Analysis(
-            gpu=getattr(self.gpu_profile, "name", "") or "cpu", profile_ok=False,
-            profile_message="no hardware profile for this round (CPU device, profiling off or failed)")
-        rec = heuristic_recommendation(analysis, result)
-        mode = rec.pop("mode", mode)
-        return {"subject_round": subject, "mode": mode, "text": _heuristic_text(rec), "source": "heuristic",
-                "reply": rec}
+            gpu=getattr(self.gpu_profile, "name", "") or "cpu", profile_ok=False, profile_message=NO_PROFILE)
+        reply = OfflineJudge().recommend(analysis, result)
+        return {"subject_round": subject, "mode": reply.mode, "text": reply.as_text(), "source": "heuristic",
+                "reply": reply.to_dict()}
 
-    def _analysis(self, record: Any) -> Any:
-        """The analyzer's view of a stored profile (recomputed: it is cheap and deterministic)."""
-        if not record.profile or self.gpu_profile is None:
+    def _analysis(self, record: RoundRecord) -> Analysis | None:
+        """The analysis of a stored profile (recomputed: it is cheap and deterministic)."""
+        if record.profile is None or self.gpu_profile is None or not record.profile.ok:
             return None
-        from cudaforge.engine.analyzer import analyze
-        from cudaforge.engine.profiling import ProfileResult
-
-        try:
-            profile = ProfileResult.from_dict(record.profile)
-        except (TypeError, ValueError, KeyError):
-            return None
-        return analyze(profile, self.gpu_profile) if profile.ok else None
+        return analyze(record.profile, self.gpu_profile)
 
     # ---- candidate stage ----------------------------------------------------------------------
     async def _candidate_stage(self, n: int, parent: int | None, recommendation: str | None) -> Candidate | None:
@@ -513,22 +509,21 @@ class Session:
     async def _profile(self, n: int, candidate: Candidate) -> None:
         if self.profiler is None:
             return
-        stored = self.store.get(n, "profile")
+        stored = self.store.profile(n)
         if stored is not None:
-            self._emit(ProfileReady(n, stored.get("profile") or {}, stored.get("analysis"), replayed=True))
+            if stored[0] is not None:
+                self._emit(ProfileReady(n, stored[0], stored[1], replayed=True))
             return
         self._phase(n, "profiling", "Nsight Compute")
         profile = await self.profiler.profile(self.task, candidate)
-        analysis = None
+        analysis: Analysis | None = None
         if profile.ok and self.gpu_profile is not None:
-            from cudaforge.engine.analyzer import analyze
-
-            analysis = analyze(profile, self.gpu_profile).to_dict()
+            analysis = analyze(profile, self.gpu_profile)
         elif not profile.ok:
             self._emit(Notice("warning", f"profile of round {n}: {profile.message}"))
-        data = {"profile": profile.to_dict(), "analysis": analysis}
-        self.store.put(n, "profile", data)
-        self._emit(ProfileReady(n, data["profile"], analysis))
+        self.store.put(n, "profile", {"profile": profile.to_dict(),
+                                      "analysis": analysis.to_dict() if analysis is not None else None})
+        self._emit(ProfileReady(n, profile, analysis))
 
     # ---- bookkeeping ------------------------------------------------------------------------------
     def _after_round(self, n: int, parent: int | None, result: EvalResult | None) -> None:
@@ -589,7 +584,7 @@ class Session:
         else:
             self._after_round(n, rec.parent, rec.result)
         self._emit(RoundFinished(n, rec.kind, rec.outcome, rec.speedup, self.progress.best,  # type: ignore[arg-type]
-                                 self.progress.best_speedup, True))
+                                 self.progress.best_speedup, True, tokens=rec.tokens, cost_usd=rec.cost_usd))
 
     # ---- decisions ----------------------------------------------------------------------------
     def _effective_mode(self) -> str:
@@ -685,23 +680,6 @@ def _stop_if_repeating(agent: str, error: dict[str, Any] | None) -> None:
 _PHASE_NAMES = {"start": "compiling", "load_task": "compiling", "build": "compiling", "init": "compiling",
                 "correctness": "verifying", "kernels": "verifying", "timing": "timing",
                 "compile_baseline": "timing", "gpu_wait": "waiting"}
-
-
-def _profile_kernels(profile: dict[str, Any] | None) -> Any:
-    if not profile:
-        return None
-    kernels = profile.get("kernels") or []
-    return [{"kernel": k.get("name", "kernel"), "metrics": k.get("metrics", {})} for k in kernels] or None
-
-
-def _heuristic_text(rec: dict[str, Any]) -> str:
-    """The heuristic Judge's fields in the same layout as an LLM Judge's `as_text()`."""
-    if "critical_issue" in rec:
-        return (f"Critical issue: {rec.get('critical_issue', '')}\nWhy it matters: {rec.get('why_it_matters', '')}\n"
-                f"Minimal fix: {rec.get('minimal_fix_hint', '')}")
-    evidence = ", ".join(rec.get("evidence") or []) or "(none)"
-    return (f"Bottleneck: {rec.get('bottleneck', '')}\nMethod: {rec.get('method', '')}\nPlan: {rec.get('plan', '')}\n"
-            f"Evidence: {evidence}")
 
 
 __all__ = ["EventHook", "Session", "SessionPolicy"]

@@ -30,16 +30,21 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cudaforge.engine import __version__
 from cudaforge.engine.errors import UsageError
 from cudaforge.engine.fsutil import atomic_write_json, atomic_write_text, read_json
 from cudaforge.engine.llm.types import CallRecord
+from cudaforge.engine.profiling.analysis import Analysis
+from cudaforge.engine.profiling.result import ProfileResult
 from cudaforge.engine.results import EvalResult
 from cudaforge.engine.task import Task
 
 SCHEMA_VERSION = 1
+
+
+_T = TypeVar("_T", ProfileResult, Analysis)
 
 
 def make_run_id(task_name: str, now: float | None = None) -> str:
@@ -76,8 +81,8 @@ class RoundRecord:
     explanation: str = ""
     coder_error: str | None = None
     result: EvalResult | None = None
-    profile: dict[str, Any] | None = None
-    analysis: dict[str, Any] | None = None
+    profile: ProfileResult | None = None
+    analysis: Analysis | None = None
     recommendation: str | None = None
     judge_mode: str | None = None
     judge_source: str | None = None
@@ -299,11 +304,17 @@ class RunStore:
         items.append({**entry, "at": time.time()})
         self.put(n, "decisions", items)
 
+    def profile(self, n: int) -> tuple[ProfileResult | None, Analysis | None] | None:
+        """The round's stored ncu profile and its analysis, typed; None when the round has none stored."""
+        prof = self.get(n, "profile")
+        if prof is None:
+            return None
+        return _typed(ProfileResult, prof.get("profile")), _typed(Analysis, prof.get("analysis"))
+
     def load_round(self, n: int, calls: list[CallRecord] | None = None) -> RoundRecord:
         meta = self.get(n, "round") or {}
         cand = self.get(n, "candidate") or {}
         ev = self.get(n, "eval")
-        prof = self.get(n, "profile") or {}
         rec = self.get(n, "recommendation") or {}
         drafts = sorted(self.round_dir(n).glob("coder-*.json"))
         coder_error = None
@@ -312,13 +323,14 @@ class RunStore:
             err = last.get("error")
             coder_error = (err or {}).get("message") if isinstance(err, dict) else None
         round_calls = [c for c in (calls if calls is not None else self.calls()) if c.round == n]
+        profile, analysis = self.profile(n) or (None, None)
         return RoundRecord(
             round=n, kind=str(meta.get("kind", "?")), parent=meta.get("parent"),
             started_at=float(meta.get("started_at", 0.0)), finished=bool(meta.get("finished")),
             candidate=self.candidate(n), format=cand.get("format"), origin=cand.get("origin"),
             explanation=cand.get("explanation", ""), coder_error=coder_error,
             result=EvalResult.from_dict(ev) if ev else None,
-            profile=prof.get("profile"), analysis=prof.get("analysis"),
+            profile=profile, analysis=analysis,
             recommendation=rec.get("text"), judge_mode=rec.get("mode"), judge_source=rec.get("source"),
             subject_round=rec.get("subject_round"), decisions=tuple(self.decisions(n)),
             coder_drafts=len(drafts), judge_drafts=len(list(self.round_dir(n).glob("judge-*.json"))),
@@ -336,6 +348,17 @@ class RunStore:
     def _writable(self) -> None:
         if self.read_only:
             raise UsageError(f"{self.path}: opened read-only")
+
+
+def _typed(cls: type[_T], data: dict[str, Any] | None) -> _T | None:
+    """A stored profile or analysis back to its dataclass; None when absent or unreadable (an old
+    or damaged run folder shows "no profile" rather than failing to open)."""
+    if not data:
+        return None
+    try:
+        return cls.from_dict(data)
+    except (TypeError, ValueError, KeyError):
+        return None
 
 
 def _folder_size(path: Path) -> int:

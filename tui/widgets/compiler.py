@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from cudaforge.engine.results import EvalResult
 from cudaforge.tui.format import LogLine, classify_log
+from cudaforge.tui.model import RoundView, RunModel
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
@@ -27,6 +28,9 @@ class CompilerPane(Vertical):
         yield Static("", id="compiler-header", classes="pane-header")
         with VerticalScroll(id="compiler-scroll"):
             yield Static("", id="compiler-log")
+
+    def show_round(self, model: RunModel, view: RoundView | None) -> None:
+        self.show(view.result if view else None, view.coder_error if view else None)
 
     def show(self, result: EvalResult | None, coder_error: str | None = None) -> None:
         key = (id(result), coder_error)

@@ -3,9 +3,10 @@ elements (index, expected, got); the timing summary; the integrity findings with
 
 from __future__ import annotations
 
-from cudaforge.engine.report import format_memory
+from cudaforge.engine.result_text import format_memory
 from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult, OutputCheck
 from cudaforge.tui.format import SEVERITY_STYLE, fmt_err, fmt_speedup, status_glyph
+from cudaforge.tui.model import RoundView, RunModel
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -20,6 +21,9 @@ class CorrectnessPane(VerticalScroll):
         yield Static("", id="correctness-body")
 
     _shown: int | None = None
+
+    def show_round(self, model: RunModel, view: RoundView | None) -> None:
+        self.show(view.result if view else None)
 
     def show(self, result: EvalResult | None) -> None:
         if id(result) == self._shown:

@@ -15,9 +15,7 @@ VARIANTS = {"approve": "success", "stop": "error", "regenerate": "warning"}
 
 
 class DecisionBar(Horizontal):
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.request: DecisionNeeded | None = None
+    """Shows the model's pending request (it keeps none of its own)."""
 
     def compose(self) -> ComposeResult:
         yield Static("", id="decision-prompt")
@@ -26,7 +24,6 @@ class DecisionBar(Horizontal):
                          compact=True)
 
     def show(self, request: DecisionNeeded | None, keys: dict[str, str], edited: bool, manual: bool) -> None:
-        self.request = request
         self.display = request is not None
         if request is None:
             return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from cudaforge.tui.model import RoundView, RunModel
 from cudaforge.tui.widgets.static import set_text
 from rich.text import Text
 from textual.app import ComposeResult
@@ -41,6 +42,23 @@ class JudgePane(Vertical):
     @property
     def changed(self) -> bool:
         return self.editor.text != self.shown_text
+
+    def show_round(self, model: RunModel, view: RoundView | None) -> None:
+        """The recommendation this round builds on, under a header naming its subject, mode and source."""
+        if view is None:
+            self.show(None, "", Text("no round selected", style="dim"))
+            return
+        header = Text()
+        if view.recommendation is None:
+            header.append(f"round {view.round}: no recommendation" + (" (seed rounds start without one)"
+                                                                      if view.parent is None else ""), style="dim")
+        else:
+            header.append(f"round {view.round} · Judge on round {view.subject_round} · {view.judge_mode} · "
+                          f"{view.judge_source}", style="bold")
+        pending = model.pending
+        if pending is not None and pending.round == view.round and pending.point == "recommendation":
+            header.append("  DRAFT: approve, edit (e), write your own (w), regenerate or branch", style="bold yellow")
+        self.show(view.round, view.recommendation, header)
 
     def show(self, round: int | None, text: str | None, header: Text) -> None:
         set_text(self.query_one("#judge-header", Static), header)

@@ -4,10 +4,10 @@ that finding's severity; then the analyzer's ranked findings."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from cudaforge.engine.profiling import MetricDeltas, ProfileResult, metric_deltas
+from cudaforge.engine.profiling.analysis import Analysis, KernelAnalysis
 from cudaforge.tui.format import SEVERITY_STYLE, VERDICT_STYLE, fmt_delta_pct, fmt_number
+from cudaforge.tui.model import RoundView, RunModel
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -64,8 +64,25 @@ class MetricsPane(VerticalScroll):
     def compose(self):  # type: ignore[no-untyped-def]
         yield RenderedOnce("", id="metrics-body")
 
-    def show(self, profile: dict[str, Any] | None, analysis: dict[str, Any] | None,
-             previous: dict[str, Any] | None, best: dict[str, Any] | None, labels: tuple[str, str],
+    def show_round(self, model: RunModel, view: RoundView | None) -> None:
+        """The round's profile against its parent's and the best round's, or why there is none."""
+        if view is None:
+            self.show(None, None, None, None, ("prev", "best"))
+            return
+        parent = model.get(view.parent)
+        best = model.get(model.best_round) if model.best_round != view.round else None
+        reason = ""
+        if view.profile is None:
+            if view.result is not None and view.result.device == "cpu":
+                reason = "no NCU profile: this round ran on the CPU device (profiling needs CUDA and ncu)"
+            elif view.result is not None and not view.result.accepted:
+                reason = f"no NCU profile: the candidate was not accepted ({view.result.outcome})"
+        self.show(view.profile, view.analysis, parent.profile if parent else None, best.profile if best else None,
+                  (f"r{view.parent}" if parent else "prev", f"best r{model.best_round}" if best else "best"),
+                  reason)
+
+    def show(self, profile: ProfileResult | None, analysis: Analysis | None,
+             previous: ProfileResult | None, best: ProfileResult | None, labels: tuple[str, str],
              reason: str = "") -> None:
         key = (id(profile), id(analysis), id(previous), id(best), labels, reason)
         if key == self._shown:
@@ -82,32 +99,25 @@ def _verdict_style(bottleneck: str) -> str:
     return "white"
 
 
-def _load(data: dict[str, Any] | None) -> ProfileResult | None:
-    if not data:
-        return None
-    try:
-        return ProfileResult.from_dict(data)
-    except (TypeError, ValueError, KeyError):
-        return None
-
-
-def render_metrics(profile: dict[str, Any] | None, analysis: dict[str, Any] | None,
-                   previous: dict[str, Any] | None, best: dict[str, Any] | None,
+def render_metrics(current: ProfileResult | None, analysis: Analysis | None,
+                   previous: ProfileResult | None, best: ProfileResult | None,
                    labels: tuple[str, str] = ("prev", "best"), reason: str = "") -> RenderableType:
-    current = _load(profile)
+    """The pane's content; reads the typed profile and analysis by attribute (a renamed field fails
+    loudly here and in the type check, instead of blanking the pane)."""
     if current is None:
         return Text(reason or "no profile for this round (profiling runs on CUDA, for correct candidates)",
                     style="dim")
     parts: list[RenderableType] = []
     if not current.ok:
         parts.append(Text(f"profile failed ({current.error_kind}): {current.message}", style="bold red"))
-    deltas = metric_deltas(current, _load(previous), _load(best))
+    deltas = metric_deltas(current, previous, best)
     by_kernel = {k.kernel: k for k in deltas.kernels}
-    kernel_info = {k.get("launch_id"): k for k in (analysis or {}).get("kernels", [])}
+    kernel_info: dict[int, KernelAnalysis] = {k.launch_id: k for k in analysis.kernels} if analysis else {}
+    findings = analysis.findings if analysis else ()
     evidence: dict[tuple[str, str], str] = {}  # (kernel short name, metric) -> severity
-    for f in (analysis or {}).get("findings", []):
-        for ev in f.get("evidence", []):
-            evidence.setdefault((f.get("kernel", ""), ev.get("metric", "")), f.get("severity", "low"))
+    for f in findings:
+        for ev in f.evidence:
+            evidence.setdefault((f.kernel, ev.metric), f.severity)
     names = _metric_names(current)
     shares = current.kernel_time_shares()
     head = Text()
@@ -118,14 +128,14 @@ def render_metrics(profile: dict[str, Any] | None, analysis: dict[str, Any] | No
                                                   for a, b in current.substitutions.items()), style="dim")
     parts.append(head)
     for k, share in zip(current.kernels, shares, strict=False):
-        info = kernel_info.get(k.launch_id, {})
-        bottleneck = str(info.get("bottleneck", "")) or "no analysis"
+        info = kernel_info.get(k.launch_id)
+        bottleneck = (info.bottleneck if info else "") or "no analysis"
         title = Text()
         title.append(f"[{k.launch_id}] {k.short_name}", style="bold")
         title.append(f"  {share:.0%} of GPU time  ", style="dim")
         title.append(bottleneck, style=f"bold {_verdict_style(bottleneck)}")
-        if info.get("reason"):
-            title.append(f"  {info['reason']}", style="dim")
+        if info and info.reason:
+            title.append(f"  {info.reason}", style="dim")
         table = Table(title=title, title_justify="left", expand=True, show_edge=False, pad_edge=False)
         table.add_column("metric", no_wrap=True, overflow="ellipsis", ratio=3)
         table.add_column("value", justify="right", no_wrap=True)
@@ -154,16 +164,15 @@ def render_metrics(profile: dict[str, Any] | None, analysis: dict[str, Any] | No
             table.add_row(d.metric, fmt_number(d.current), d.unit, _delta(d.current, d.previous),
                           _delta(d.current, d.best))
         parts.append(table)
-    findings = (analysis or {}).get("findings", [])
     if findings:
         parts.append(Text("analyzer findings (best opportunity first)", style="bold underline"))
         for i, f in enumerate(findings, 1):
             line = Text(f"{i}. ")
-            line.append(f"[{f.get('severity', '')}] ", style=SEVERITY_STYLE.get(f.get("severity", ""), ""))
-            line.append(f"{f.get('kernel', '')}: {f.get('title', '')}", style="bold")
-            line.append(f"\n   → {f.get('recommendation', '')}")
+            line.append(f"[{f.severity}] ", style=SEVERITY_STYLE.get(f.severity, ""))
+            line.append(f"{f.kernel}: {f.title}", style="bold")
+            line.append(f"\n   → {f.recommendation}")
             parts.append(line)
-    for note in (analysis or {}).get("notes", []):
+    for note in (analysis.notes if analysis else ()):
         parts.append(Text(f"note: {note}", style="dim"))
     if current.absent_metrics:
         parts.append(Text("absent on this chip: " + ", ".join(current.absent_metrics), style="dim"))

@@ -3,7 +3,8 @@ place, and a diff against the previous (parent) or the best round."""
 
 from __future__ import annotations
 
-from cudaforge.tui.format import unified_diff
+from cudaforge.tui.format import failing_source_line, unified_diff
+from cudaforge.tui.model import RoundView, RunModel
 from cudaforge.tui.widgets.static import set_text
 from rich.text import Text
 from textual.app import ComposeResult
@@ -46,6 +47,36 @@ class SourcePane(Vertical):
     @property
     def changed(self) -> bool:
         return self.editor.text != self.shown_text
+
+    def show_round(self, model: RunModel, view: RoundView | None) -> None:
+        """The round's candidate under a header naming its kind, format, author and draft state; the
+        failing line of a compile error selected."""
+        header = Text()
+        if view is None:
+            header.append("no round selected" if model.rounds else "no rounds yet", style="dim")
+            self.show(None, "", header)
+            return
+        header.append(f"round {view.round} · {view.kind}", style="bold")
+        if view.format:
+            header.append(f" · {view.format}")
+        if view.origin:
+            header.append(f" · written by {'the Coder' if view.origin == 'coder' else 'you'}"
+                          + (" (edited)" if view.origin == "edited" else ""))
+        pending = model.pending
+        if pending is not None and pending.round == view.round and pending.point == "candidate":
+            header.append("  DRAFT: approve, edit or regenerate", style="bold yellow")
+        elif view.candidate_is_draft:
+            header.append("  draft", style="yellow")
+        if view.coder_error:
+            header.append(f"  Coder failed: {view.coder_error}", style="red")
+        if view.explanation:
+            header.append(f"\n{view.explanation.strip()[:300]}", style="dim")
+        self.show(view.round, view.candidate, header)
+        result = view.result
+        if result is not None and result.outcome == "compile_error" and result.compile and view.candidate:
+            line = failing_source_line(result.compile.log, view.candidate)
+            if line is not None and not self.editing:
+                self.highlight_line(line)
 
     def show(self, round: int | None, source: str | None, header: Text, *, keep_edits: bool = False) -> None:
         """Load a round's candidate; an edit in progress on the same round is kept."""

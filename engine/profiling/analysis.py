@@ -1,11 +1,12 @@
-"""Roofline and occupancy analysis of an Nsight Compute profile, and the offline ("heuristic") Judge.
+"""Roofline and occupancy analysis of an Nsight Compute profile.
 
-From the per-kernel counters and the GPU profile's peaks, each kernel is classified (memory-bound,
+From the per-kernel counters and the GPU spec's peaks, each kernel is classified (memory-bound,
 compute-bound, latency/occupancy-bound, launch-overhead-bound) and findings are ranked by the share
 of GPU time they put at stake. Every finding carries its evidence (metric, value, the GPU's peak,
-the threshold used) and one concrete recommendation, so a person or an LLM Judge can check it.
-`heuristic_recommendation` turns the top finding (or, for a failed evaluation, the error) into
-the same fields an LLM Judge returns; it is what `[judge] provider = "heuristic"` uses.
+the threshold used) and one concrete recommendation, so a person or a Judge can check it.
+The analysis is a tree of frozen dataclasses that round-trips through `to_dict`/`from_dict`, so run
+records and events carry it typed. The offline Judge (engine/agents/offline_judge.py) reads it; the
+text report is engine/profiling/render.py.
 """
 
 from __future__ import annotations
@@ -15,12 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from cudaforge.engine.compiler_log import classify as classify_error
-from cudaforge.engine.compiler_log import first_error_text
 from cudaforge.engine.gpus import GpuProfile
-from cudaforge.engine.profiling.metrics import CUDAFORGE_METRICS
 from cudaforge.engine.profiling.result import KernelProfile, ProfileResult
-from cudaforge.engine.results import EvalResult, OutputCheck
 
 MEMORY_BOUND = "memory-bound"
 COMPUTE_BOUND = "compute-bound"
@@ -150,13 +147,13 @@ class Evidence:
     note: str = ""
 
     def describe(self) -> str:
-        shown = "n/a" if self.value is None else _fmt(self.value)
+        shown = "n/a" if self.value is None else fmt_number(self.value)
         text = f"{self.metric} = {shown}{(' ' + self.unit) if self.unit else ''}"
         extras = []
         if self.peak is not None:
-            extras.append(f"peak {_fmt(self.peak)}{(' ' + self.unit) if self.unit else ''}")
+            extras.append(f"peak {fmt_number(self.peak)}{(' ' + self.unit) if self.unit else ''}")
         if self.threshold is not None:
-            extras.append(f"threshold {self.comparison} {_fmt(self.threshold)}".replace("  ", " "))
+            extras.append(f"threshold {self.comparison} {fmt_number(self.threshold)}".replace("  ", " "))
         if self.note:
             extras.append(self.note)
         return text + (f" ({'; '.join(extras)})" if extras else "")
@@ -171,6 +168,10 @@ class Evidence:
             "comparison": self.comparison,
             "note": self.note,
         }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Evidence:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
 @dataclass(frozen=True)
@@ -211,6 +212,12 @@ class PerfFinding:
             "severity": self.severity,
         }
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PerfFinding:
+        fields = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        fields["evidence"] = tuple(Evidence.from_dict(e) for e in d.get("evidence", ()))
+        return cls(**fields)
+
 
 @dataclass(frozen=True)
 class KernelAnalysis:
@@ -242,6 +249,13 @@ class KernelAnalysis:
         out["findings"] = [f.to_dict() for f in self.findings]
         return out
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> KernelAnalysis:
+        fields = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        fields["occupancy_limiters"] = tuple(d.get("occupancy_limiters", ()))
+        fields["findings"] = tuple(PerfFinding.from_dict(f) for f in d.get("findings", ()))
+        return cls(**fields)
+
 
 @dataclass(frozen=True)
 class Analysis:
@@ -264,7 +278,7 @@ class Analysis:
             return f"(no kernels analysed: {self.profile_message or 'no profile'})"
         lines = []
         for k in self.kernels:
-            dur = f"{_fmt(k.duration_us)} us" if k.duration_us is not None else "? us"
+            dur = f"{fmt_number(k.duration_us)} us" if k.duration_us is not None else "? us"
             lines.append(
                 f"- {k.short_name} [{k.launch_id}] {dur}, {k.time_share:.0%} of GPU time: {k.bottleneck} ({k.reason})"
             )
@@ -283,8 +297,22 @@ class Analysis:
             "notes": list(self.notes),
         }
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Analysis:
+        """The inverse of `to_dict` (a run record or an event's payload back to the typed tree)."""
+        return cls(
+            gpu=d["gpu"],
+            kernels=tuple(KernelAnalysis.from_dict(k) for k in d.get("kernels", ())),
+            findings=tuple(PerfFinding.from_dict(f) for f in d.get("findings", ())),
+            total_time_us=d.get("total_time_us", 0.0),
+            profile_ok=d.get("profile_ok", True),
+            profile_message=d.get("profile_message", ""),
+            notes=tuple(d.get("notes", ())),
+        )
 
-def _fmt(value: float | None) -> str:
+
+def fmt_number(value: float | None) -> str:
+    """A number as the reports show it: thousands separators, 3 significant digits when small."""
     if value is None:
         return "n/a"
     if value == 0:
@@ -411,7 +439,7 @@ def classify(kd: _Kernel) -> tuple[str, str]:
     if kd.duration is not None and kd.duration < TINY_KERNEL_US:
         return (
             LAUNCH_BOUND,
-            f"{_fmt(kd.duration)} us < {TINY_KERNEL_US:g} us: launch overhead is comparable to the work",
+            f"{fmt_number(kd.duration)} us < {TINY_KERNEL_US:g} us: launch overhead is comparable to the work",
         )
     cu, mu = kd.compute_util, kd.memory_util
     if cu is None and mu is None and kd.sm_pct is None:
@@ -419,19 +447,19 @@ def classify(kd: _Kernel) -> tuple[str, str]:
     if cu is not None and cu >= HIGH_UTILIZATION_PCT and (mu is None or cu >= mu):
         what = "FP32 pipe" if (kd.fp32_pipe or 0) >= (kd.tensor_pipe or 0) else "tensor pipe"
         flop = (
-            f", {_fmt(kd.tflops)} TFLOPS FP32 = {_fmt(kd.flop_pct)}% of peak" if kd.tflops is not None else ""
+            f", {fmt_number(kd.tflops)} TFLOPS FP32 = {fmt_number(kd.flop_pct)}% of peak" if kd.tflops is not None else ""
         )
-        return COMPUTE_BOUND, f"{what} at {_fmt(cu)}% of peak >= {HIGH_UTILIZATION_PCT:g}%{flop}"
+        return COMPUTE_BOUND, f"{what} at {fmt_number(cu)}% of peak >= {HIGH_UTILIZATION_PCT:g}%{flop}"
     if mu is not None and mu >= HIGH_UTILIZATION_PCT:
         parts = []
         if kd.dram_pct is not None:
-            parts.append(f"DRAM {_fmt(kd.dram_pct)}%")
+            parts.append(f"DRAM {fmt_number(kd.dram_pct)}%")
         if kd.l2_pct is not None:
-            parts.append(f"L2 {_fmt(kd.l2_pct)}%")
+            parts.append(f"L2 {fmt_number(kd.l2_pct)}%")
         if kd.l1_pct is not None:
-            parts.append(f"L1 {_fmt(kd.l1_pct)}%")
-        ai = f"; {_fmt(kd.ai)} FLOP/byte vs ridge {_fmt(kd.ridge)}" if kd.ai is not None and kd.ridge else ""
-        return MEMORY_BOUND, f"memory unit at {_fmt(mu)}% of peak ({', '.join(parts)}){ai}"
+            parts.append(f"L1 {fmt_number(kd.l1_pct)}%")
+        ai = f"; {fmt_number(kd.ai)} FLOP/byte vs ridge {fmt_number(kd.ridge)}" if kd.ai is not None and kd.ridge else ""
+        return MEMORY_BOUND, f"memory unit at {fmt_number(mu)}% of peak ({', '.join(parts)}){ai}"
     stall = kd.top_stall()
     if (
         kd.ai is not None
@@ -442,19 +470,19 @@ def classify(kd: _Kernel) -> tuple[str, str]:
         and stall[0] == "long_scoreboard"
     ):
         return MEMORY_BOUND, (
-            f"{_fmt(kd.ai)} FLOP/byte below ridge {_fmt(kd.ridge)}, DRAM {_fmt(kd.dram_pct)}% and warps "
-            f"waiting on memory {_fmt(stall[2])}% of the time"
+            f"{fmt_number(kd.ai)} FLOP/byte below ridge {fmt_number(kd.ridge)}, DRAM {fmt_number(kd.dram_pct)}% and warps "
+            f"waiting on memory {fmt_number(stall[2])}% of the time"
         )
     if kd.sm_pct is not None and kd.sm_pct >= ISSUE_BOUND_PCT:
-        return COMPUTE_BOUND, f"SM throughput {_fmt(kd.sm_pct)}% >= {ISSUE_BOUND_PCT:g}% (instruction issue)"
+        return COMPUTE_BOUND, f"SM throughput {fmt_number(kd.sm_pct)}% >= {ISSUE_BOUND_PCT:g}% (instruction issue)"
     occ = kd.theoretical
     if occ is not None and occ < LOW_OCCUPANCY_PCT:
         limiters = ", ".join(kd.binding_limiters()) or "launch configuration"
         return LATENCY_BOUND, (
-            f"no unit >= {HIGH_UTILIZATION_PCT:g}% busy and theoretical occupancy {_fmt(occ)}% "
+            f"no unit >= {HIGH_UTILIZATION_PCT:g}% busy and theoretical occupancy {fmt_number(occ)}% "
             f"(limited by {limiters}) leaves too few warps to hide latency"
         )
-    why = f"top stall {stall[0]} {_fmt(stall[2])}%" if stall else "no stall data"
+    why = f"top stall {stall[0]} {fmt_number(stall[2])}%" if stall else "no stall data"
     return LATENCY_BOUND, f"no unit >= {HIGH_UTILIZATION_PCT:g}% busy; {why}"
 
 
@@ -515,7 +543,7 @@ def _memory_findings(kd: _Kernel, gpu: GpuProfile) -> list[PerfFinding]:
             _finding(
                 kd,
                 "dram_bandwidth_saturated",
-                f"at the DRAM roof: {_fmt(kd.dram_gbs)} GB/s of {_fmt(peak_bw)} GB/s ({_fmt(dram)}%)",
+                f"at the DRAM roof: {fmt_number(kd.dram_gbs)} GB/s of {fmt_number(peak_bw)} GB/s ({fmt_number(dram)}%)",
                 "move fewer bytes (fusion, narrower types)",
                 "Bandwidth is nearly saturated, so only less traffic helps: fuse this kernel with its producer or "
                 "consumer so intermediates stay in registers/shared memory, read each input once, and use a "
@@ -529,7 +557,7 @@ def _memory_findings(kd: _Kernel, gpu: GpuProfile) -> list[PerfFinding]:
             _finding(
                 kd,
                 "dram_bandwidth",
-                f"memory-bound at {_fmt(dram)}% of peak DRAM bandwidth ({_fmt(kd.dram_gbs)} of {_fmt(peak_bw)} GB/s)",
+                f"memory-bound at {fmt_number(dram)}% of peak DRAM bandwidth ({fmt_number(kd.dram_gbs)} of {fmt_number(peak_bw)} GB/s)",
                 "vectorized, coalesced accesses with more bytes in flight",
                 "Use 128-bit accesses (float4/int4 with a scalar tail), process 4-8 elements per thread in a "
                 "grid-stride loop sized to a few waves of the SMs, keep consecutive threads on consecutive "
@@ -543,7 +571,7 @@ def _memory_findings(kd: _Kernel, gpu: GpuProfile) -> list[PerfFinding]:
             _finding(
                 kd,
                 "cache_throughput",
-                f"L2/L1 throughput bound (L2 {_fmt(kd.l2_pct)}%, L1 {_fmt(kd.l1_pct)}%) while DRAM is at {_fmt(dram)}%",
+                f"L2/L1 throughput bound (L2 {fmt_number(kd.l2_pct)}%, L1 {fmt_number(kd.l1_pct)}%) while DRAM is at {fmt_number(dram)}%",
                 "fewer, better-coalesced cache accesses",
                 "The caches, not DRAM, are the busy unit: coalesce accesses (a warp should read contiguous 128-byte "
                 "segments), load reused data once into shared memory or registers instead of re-reading it "
@@ -562,7 +590,7 @@ def _memory_findings(kd: _Kernel, gpu: GpuProfile) -> list[PerfFinding]:
             _finding(
                 kd,
                 "l2_hit_rate",
-                f"L2 hit rate {_fmt(l2_hit)}%: most requests go to DRAM",
+                f"L2 hit rate {fmt_number(l2_hit)}%: most requests go to DRAM",
                 "improve data reuse through L2/shared memory",
                 "If blocks re-read the same data (stencils, matmul tiles, broadcasts), tile it in shared memory and "
                 "order the blocks so neighbours share tiles while they are still in L2; a pure stream reads each "
@@ -587,11 +615,11 @@ def _compute_findings(kd: _Kernel, gpu: GpuProfile) -> list[PerfFinding]:
         bf16 = gpu.bf16_tensor_tflops or gpu.fp16_tensor_tflops
         peaks = []
         if tf32:
-            peaks.append(f"TF32 {_fmt(tf32)}")
+            peaks.append(f"TF32 {fmt_number(tf32)}")
         if bf16:
-            peaks.append(f"BF16/FP16 {_fmt(bf16)}")
+            peaks.append(f"BF16/FP16 {fmt_number(bf16)}")
         avail = (
-            f" ({', '.join(peaks)} TFLOPS dense available vs FP32 {_fmt(gpu.fp32_tflops)})" if peaks else ""
+            f" ({', '.join(peaks)} TFLOPS dense available vs FP32 {fmt_number(gpu.fp32_tflops)})" if peaks else ""
         )
         out.append(
             _finding(
@@ -612,7 +640,7 @@ def _compute_findings(kd: _Kernel, gpu: GpuProfile) -> list[PerfFinding]:
             _finding(
                 kd,
                 "non_flop_instructions",
-                f"FMA pipe {_fmt(kd.fp32_pipe)}% busy but only {_fmt(kd.flop_pct)}% of peak FP32 FLOP/s",
+                f"FMA pipe {fmt_number(kd.fp32_pipe)}% busy but only {fmt_number(kd.flop_pct)}% of peak FP32 FLOP/s",
                 "cut integer/index arithmetic",
                 "The fma pipe is busy with non-FLOP work (IMAD index math, conversions): hoist index computations "
                 "out of loops, use 32-bit indices, precompute strides, and unroll so addresses become immediates.",
@@ -626,7 +654,7 @@ def _compute_findings(kd: _Kernel, gpu: GpuProfile) -> list[PerfFinding]:
             _finding(
                 kd,
                 "compute_roof",
-                f"compute-bound at {_fmt(pct)}% of the busiest math pipe",
+                f"compute-bound at {fmt_number(pct)}% of the busiest math pipe",
                 "do less math per output",
                 "Remove redundant arithmetic (reuse computed values, strength-reduce divisions and pow/exp, fold "
                 "constants), and where the math is a matrix product use tensor cores.",
@@ -662,7 +690,7 @@ def _occupancy_finding(kd: _Kernel, gpu: GpuProfile) -> PerfFinding | None:
     if "shared memory" in limiters and kd.smem_block and gpu.shared_mem_per_sm_kb:
         max_smem = int(gpu.shared_mem_per_sm_kb * 1024 // target) - 1024
         steps.append(
-            f"shrink shared memory to <= {max_smem // 1024} KB per block (now {_fmt(kd.smem_block / 1024)} KB), "
+            f"shrink shared memory to <= {max_smem // 1024} KB per block (now {fmt_number(kd.smem_block / 1024)} KB), "
             "e.g. smaller tiles or fewer pipeline stages"
         )
         ev.append(_ev(k, SMEM_PER_BLOCK, peak=gpu.shared_mem_per_sm_kb * 1024))
@@ -683,11 +711,11 @@ def _occupancy_finding(kd: _Kernel, gpu: GpuProfile) -> PerfFinding | None:
         and full is not None
         and k.value(OCCUPANCY_LIMITS["shared memory"]) == b
     ):
-        note = f" (shared memory would allow {full} blocks at the full {_fmt(gpu.shared_mem_per_sm_kb)} KB carveout)"
+        note = f" (shared memory would allow {full} blocks at the full {fmt_number(gpu.shared_mem_per_sm_kb)} KB carveout)"
     return _finding(
         kd,
         "occupancy",
-        f"theoretical occupancy {_fmt(occ)}% ({b} block(s)/SM), limited by {', '.join(limiters) or 'the launch'}{note}",
+        f"theoretical occupancy {fmt_number(occ)}% ({b} block(s)/SM), limited by {', '.join(limiters) or 'the launch'}{note}",
         "raise occupancy",
         "To fit " + str(target) + " blocks per SM: " + "; ".join(steps) + ".",
         0.5 * (1 - occ / 100.0) + 0.1,
@@ -704,7 +732,7 @@ def _stall_finding(kd: _Kernel) -> PerfFinding | None:
     return _finding(
         kd,
         f"stall_{reason}",
-        f"{meaning} ({_fmt(value)}% of active warp cycles)",
+        f"{meaning} ({fmt_number(value)}% of active warp cycles)",
         f"reduce {reason.replace('_', ' ')} stalls",
         advice[0].upper() + advice[1:] + ".",
         min(0.6, value / 100.0 * 0.6),
@@ -720,7 +748,7 @@ def _launch_findings(kd: _Kernel, gpu: GpuProfile) -> list[PerfFinding]:
             _finding(
                 kd,
                 "tiny_launch",
-                f"tiny kernel: {_fmt(kd.duration)} us, {_fmt(kd.grid_blocks)} block(s)",
+                f"tiny kernel: {fmt_number(kd.duration)} us, {fmt_number(kd.grid_blocks)} block(s)",
                 "fuse launches",
                 "Fuse this kernel with the kernels before/after it (one launch doing several steps), or make "
                 "each launch do more work; at this size the launch overhead dominates.",
@@ -760,7 +788,7 @@ def _launch_findings(kd: _Kernel, gpu: GpuProfile) -> list[PerfFinding]:
                 _finding(
                     kd,
                     "tail_effect",
-                    f"{_fmt(kd.waves)} waves: the last wave leaves SMs idle for ~{loss:.0%} of the run",
+                    f"{fmt_number(kd.waves)} waves: the last wave leaves SMs idle for ~{loss:.0%} of the run",
                     "balance the grid to whole waves",
                     f"Choose a grid that is a multiple of {sms} SMs x {kd.blocks_per_sm} resident block(s), or use a "
                     "persistent grid-stride kernel with exactly one full wave.",
@@ -780,7 +808,7 @@ def _divergence_finding(kd: _Kernel) -> PerfFinding | None:
     return _finding(
         kd,
         "branch_divergence",
-        f"only {_fmt(uniform)}% of branch targets are uniform across the warp",
+        f"only {fmt_number(uniform)}% of branch targets are uniform across the warp",
         "make branches warp-uniform",
         "Reorganise the work so all 32 threads of a warp take the same path (sort/partition work by branch, "
         "assign conditions per warp rather than per thread) or compute both sides and select.",
@@ -895,299 +923,3 @@ def analyze(profile_result: ProfileResult, gpu_profile: GpuProfile) -> Analysis:
         profile_message=profile_result.message,
         notes=tuple(notes),
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# The offline Judge
-
-
-_FAILED = {
-    "compile_error",
-    "runtime_error",
-    "wrong_result",
-    "integrity_failure",
-    "timeout",
-    "crash",
-    "cuda_error",
-    "oom",
-}
-
-
-def heuristic_recommendation(analysis: Analysis, eval_result: EvalResult | None = None) -> dict[str, Any]:
-    """What an LLM Judge would return, from rules: correction fields for a failed evaluation,
-    otherwise optimization fields built from the top-ranked finding. Includes `"mode"`
-    ("correct" | "optimize"); the other keys match engine/agents/prompts.{CORRECT,OPTIMIZE}_KEYS."""
-    if eval_result is not None and eval_result.outcome in _FAILED:
-        return _correction(eval_result)
-    if not analysis.findings:
-        if not analysis.kernels:
-            why = analysis.profile_message or "no profile"
-            return {
-                "mode": "optimize",
-                "bottleneck": f"unknown: no hardware metrics ({why})",
-                "method": "reduce global-memory traffic",
-                "plan": "Without counters, start from the usual first step: fuse consecutive operations into one "
-                "kernel so intermediates stay in registers, use coalesced 128-bit loads and stores, and launch "
-                "at least a few blocks per SM.",
-                "evidence": [],
-            }
-        top = max(analysis.kernels, key=lambda ka: ka.time_share)
-        return {
-            "mode": "optimize",
-            "bottleneck": f"{top.short_name}: {top.bottleneck} ({top.reason})",
-            "method": "no dominant limiter found; profile a larger problem or try a different algorithm",
-            "plan": f"{top.short_name} takes {top.time_share:.0%} of GPU time and no single unit limits it; "
-            "restructure its algorithm (tiling, fewer passes over memory) and measure again.",
-            "evidence": [DURATION[0]],
-        }
-    f = analysis.findings[0]
-    ka = next((k for k in analysis.kernels if k.launch_id == f.launch_id), None)
-    share = f" ({ka.time_share:.0%} of GPU time, {ka.bottleneck})" if ka else ""
-    evidence_text = "; ".join(e.describe() for e in f.evidence[:3])
-    plan = f"In {f.kernel}: {f.recommendation}"
-    if ka is not None and eval_result is not None and _is_custom(ka.name, eval_result) is False:
-        plan = (
-            f"{f.kernel} is launched by PyTorch (ATen/cuBLAS), not by the candidate's own code: replace that "
-            f"call with a custom kernel (or fuse it into one) and apply this there. {f.recommendation}"
-        )
-    return {
-        "mode": "optimize",
-        "bottleneck": f"{f.kernel}{share}: {f.title}. {evidence_text}",
-        "method": f.method,
-        "plan": plan,
-        "evidence": list(f.metrics) or [DURATION[0]],
-    }
-
-
-def _base_identifier(name: str) -> str:
-    """`void ns::kern<T>(int)` -> `ns::kern`: comparable between ncu and torch.profiler names."""
-    text = name.strip()
-    if text.startswith("void "):
-        text = text[5:]
-    return re.split(r"[<(]", text, maxsplit=1)[0].strip()
-
-
-def _is_custom(kernel_name: str, result: EvalResult) -> bool | None:
-    """Whether the evaluator saw this kernel as the candidate's own (None when it did not list it)."""
-    ident = _base_identifier(kernel_name)
-    for launch in result.kernels:
-        other = _base_identifier(launch.name)
-        if (
-            ident
-            and other
-            and (ident == other or ident.endswith("::" + other) or other.endswith("::" + ident))
-        ):
-            return launch.custom
-    return None
-
-
-def _hint_for(text: str) -> str | None:
-    return classify_error(text)[1]
-
-
-def _worst_output(outputs: tuple[OutputCheck, ...]) -> OutputCheck | None:
-    failing = [o for o in outputs if not o.passed]
-    return failing[0] if failing else None
-
-
-def _correction(result: EvalResult) -> dict[str, Any]:
-    """Correction-mode fields from the error log or the mismatch summary of a failed evaluation."""
-    outcome = result.outcome
-    if outcome == "compile_error":
-        log = result.compile.log if result.compile else ""
-        first = first_error_text(log) or result.message
-        hint = (
-            _hint_for(first)
-            or _hint_for(log)
-            or "fix the first reported error; later errors often follow from it"
-        )
-        return {
-            "mode": "correct",
-            "critical_issue": f"the candidate does not compile: {first}",
-            "why_it_matters": "Nothing ran, so there is no correctness check, timing or profile until it builds.",
-            "minimal_fix_hint": hint[0].upper() + hint[1:] + "; change nothing else.",
-        }
-    if outcome == "wrong_result" and result.correctness is not None:
-        c = result.correctness
-        o = _worst_output(c.outputs)
-        trials = f"{c.trials_passed}/{c.trials} trials passed"
-        if o is None:
-            return {
-                "mode": "correct",
-                "critical_issue": f"the output differs from the reference ({trials}): {result.message}",
-                "why_it_matters": "A wrong result is never accepted, however fast.",
-                "minimal_fix_hint": "Compare the kernel's indexing and formula with the reference Model line by line.",
-            }
-        where = f"output {o.index}"
-        if o.shape_expected != o.shape_got:
-            return {
-                "mode": "correct",
-                "critical_issue": f"{where} has shape {list(o.shape_got)}, the reference has {list(o.shape_expected)}",
-                "why_it_matters": "Shapes must match exactly; the values cannot even be compared.",
-                "minimal_fix_hint": "Allocate the output with the reference's shape (same reduction/keepdim, "
-                "same view/reshape) and launch enough threads to cover it.",
-            }
-        if o.dtype_expected != o.dtype_got:
-            return {
-                "mode": "correct",
-                "critical_issue": f"{where} has dtype {o.dtype_got}, the reference has {o.dtype_expected}",
-                "why_it_matters": "Dtypes must match exactly.",
-                "minimal_fix_hint": f"Allocate the output as {o.dtype_expected} (or cast before returning).",
-            }
-        if o.nonfinite_got:
-            return {
-                "mode": "correct",
-                "critical_issue": f"{where} contains {o.nonfinite_got} NaN/Inf value(s) ({trials})",
-                "why_it_matters": "NaN/Inf never pass; they usually come from uninitialised memory, reads out of "
-                "bounds or a division by zero.",
-                "minimal_fix_hint": "Write every output element (no torch.empty left partly unwritten), guard loads "
-                "with the bounds check, and keep numerically unsafe math (exp, division) in the reference's form.",
-            }
-        frac = o.mismatches / o.numel if o.numel else 0.0
-        worst = ""
-        if o.worst:
-            w = o.worst[0]
-            worst = f"; worst at index {list(w.index)}: expected {w.expected:.6g}, got {w.got:.6g}"
-        issue = (
-            f"{where}: {o.mismatches} of {o.numel} elements exceed the tolerance "
-            f"(max abs err {o.max_abs_err:.3g}, max rel err {o.max_rel_err:.3g}; {trials}){worst}"
-        )
-        if frac >= 0.9:
-            hint = (
-                "almost every element is wrong: check the formula against the reference and the index "
-                "mapping (row/column order, strides of non-contiguous inputs, which dimension is reduced)"
-            )
-        elif o.max_abs_err < max(c.atol, 1e-6) * 100:
-            hint = (
-                "errors are small, a precision issue: accumulate in FP32, keep the reference's order of "
-                "operations, avoid TF32/half precision and fast-math intrinsics"
-            )
-        elif frac < 0.05:
-            hint = (
-                "a few elements are wrong: check the boundary/tail handling (sizes that are not a multiple "
-                "of the block or tile size) and the bounds guard"
-            )
-        else:
-            hint = (
-                "part of the output is wrong: check tile boundaries, missing __syncthreads between writing "
-                "and reading shared memory, and race conditions on shared or global accumulators"
-            )
-        return {
-            "mode": "correct",
-            "critical_issue": issue,
-            "why_it_matters": "A wrong result is never accepted; the pattern of the errors points at the cause.",
-            "minimal_fix_hint": hint[0].upper() + hint[1:] + ".",
-        }
-    if outcome == "integrity_failure":
-        failing = result.failing_findings()
-        names = ", ".join(f"{f.name} ({f.message})" for f in failing[:3]) or result.message
-        return {
-            "mode": "correct",
-            "critical_issue": f"integrity check failed: {names}",
-            "why_it_matters": "The numbers may be right, but the measurement cannot be trusted, so it is not accepted.",
-            "minimal_fix_hint": "Compute every output with the candidate's own kernel on each call, on the current "
-            "stream, with no caching of results, side streams, threads or patched timers.",
-        }
-    if outcome == "timeout":
-        return {
-            "mode": "correct",
-            "critical_issue": f"the evaluation timed out ({result.message or 'no message'})",
-            "why_it_matters": "A kernel that does not finish is never accepted and blocks the GPU.",
-            "minimal_fix_hint": "Look for a loop that never ends (wrong stride or bound), a __syncthreads inside a "
-            "divergent branch (deadlock), or a grid far too small for the work.",
-        }
-    text = "\n".join(t for t in (result.traceback, result.stderr_tail, result.message) if t)
-    first = first_error_text(text) or result.message or outcome
-    hint = _hint_for(text)
-    defaults = {
-        "cuda_error": "guard every global index with the element count and check the index arithmetic and the grid size",
-        "oom": "allocate less: reuse buffers, avoid materialising large intermediates",
-        "crash": "find the out-of-bounds access or the bad pointer: run the kernel on a small input with bounds checks",
-        "runtime_error": "fix the Python error at the line the traceback names",
-    }
-    hint = hint or defaults.get(outcome, "fix the first error in the log and change nothing else")
-    return {
-        "mode": "correct",
-        "critical_issue": f"{outcome.replace('_', ' ')}: {first}",
-        "why_it_matters": "The candidate did not produce a result, so it cannot be checked or timed.",
-        "minimal_fix_hint": hint[0].upper() + hint[1:] + ".",
-    }
-
-
-# ---------------------------------------------------------------------------------------------
-# Text report for `cudaforge profile`
-
-_TABLE_EXTRA = (
-    "launch__grid_size",
-    "launch__block_size",
-    "launch__waves_per_multiprocessor",
-    "sm__maximum_warps_per_active_cycle_pct",
-    "launch__occupancy_limit_warps",
-    "launch__shared_mem_per_block",
-)
-
-
-def _table_metrics(result: ProfileResult) -> list[str]:
-    requested = list(result.requested_metrics) or list(CUDAFORGE_METRICS)
-    names = [result.used_name(m) for m in requested if m not in result.absent_metrics]
-    if DURATION[0] in names:
-        names.remove(DURATION[0])
-    return list(dict.fromkeys([DURATION[0], *names, *_TABLE_EXTRA]))
-
-
-def format_profile(profile_result: ProfileResult, analysis: Analysis | None = None) -> str:
-    """Plain-text report: per kernel its metric table (metric, value, unit) and time share, then the
-    ranked findings with evidence and recommendation. For `cudaforge profile`."""
-    r = profile_result
-    out: list[str] = []
-    head = f"Nsight Compute: {len(r.kernels)} kernel launch(es), {_fmt(r.total_time_us)} us GPU time"
-    if r.chip:
-        head += f", chip {r.chip}"
-    if r.wall_s:
-        head += f", ncu ran {r.wall_s:.1f} s"
-    out.append(head)
-    if not r.ok:
-        out.append(f"PROFILE FAILED [{r.error_kind}]: {r.message}")
-    elif r.message:
-        out.append(r.message)
-    for req, used in r.substitutions.items():
-        out.append(f"substituted: {req} -> {used}")
-    for name in r.absent_metrics:
-        reason = r.absent_reasons.get(name, "")
-        out.append(f"absent: {name}{' (' + reason + ')' if reason else ''}")
-    by_id = {ka.launch_id: ka for ka in analysis.kernels} if analysis else {}
-    names = _table_metrics(r)
-    width = max([len(n) for n in names] + [20])
-    for k, share in zip(r.kernels, r.kernel_time_shares(), strict=True):
-        out.append("")
-        grid = f"grid {k.grid}" if k.grid else ""
-        block = f"block {k.block}" if k.block else ""
-        dur = f"{_fmt(k.duration_us)} us" if k.duration_us is not None else "? us"
-        line = f"[{k.launch_id}] {k.short_name}  {grid} {block}  {dur} ({share:.1%} of GPU time)"
-        ka = by_id.get(k.launch_id)
-        if ka:
-            line += f"  -> {ka.bottleneck}"
-        out.append(line)
-        if ka:
-            out.append(f"    {ka.reason}")
-        out.append(f"    {'metric':<{width}}  {'value':>16}  unit")
-        for name in names:
-            mv = k.metrics.get(name)
-            if mv is None:
-                continue
-            shown = _fmt(mv.value) if mv.value is not None else (mv.raw or "n/a")
-            out.append(f"    {name:<{width}}  {shown:>16}  {mv.unit}")
-    if analysis is not None:
-        out.append("")
-        if analysis.findings:
-            out.append("Findings (most time at stake first):")
-            for i, f in enumerate(analysis.findings, 1):
-                out.append(f"{i:>2}. [{f.severity}] {f.kernel}: {f.title}")
-                for e in f.evidence:
-                    out.append(f"      evidence: {e.describe()}")
-                out.append(f"      recommendation: {f.recommendation}")
-        else:
-            out.append("Findings: none")
-        for note in analysis.notes:
-            out.append(f"note: {note}")
-    return "\n".join(out)
