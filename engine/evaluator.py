@@ -119,7 +119,7 @@ def triton_env(cache: Path, device: str) -> dict[str, str]:
     return env
 
 
-# What every real evaluation that ends "ok" records (engine/worker/evaluate.py); a result without it
+# What every real evaluation that ends "ok" records (engine/worker/pipeline.py); a result without it
 # was written by someone else: the candidate, through the worker's result file.
 _OK_RECORDS = ("correctness", "timing", "kernels", "seeds", "versions")
 _OK_PHASES = ("load_task", "build", "correctness", "kernels", "timing")

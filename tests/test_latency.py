@@ -271,7 +271,7 @@ def test_spare_gpu_warm_up_waits_for_the_gpu_lock(tmp_path: Path) -> None:
     """A spare creates its CUDA context only while holding the per-GPU lock, never during a timing."""
     import threading
 
-    from cudaforge.engine.worker.harness import _gpu_lock
+    from cudaforge.engine.worker.entry import _gpu_lock
     from filelock import FileLock
 
     path = str(tmp_path / "gpu0.lock")
@@ -388,7 +388,7 @@ def test_fast_packing_costs_a_fraction_of_the_old_per_call_work() -> None:
 def test_timer_warms_up_for_a_minimum_time_and_times_short_calls_longer() -> None:
     """Short callables get more trials (about min_time_ms each, capped); long ones keep the minimum count."""
     import torch
-    from cudaforge.engine.worker.harness import Timer
+    from cudaforge.engine.worker.timing import Timer
 
     calls = {"short": 0, "long": 0}
 

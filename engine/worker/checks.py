@@ -196,7 +196,7 @@ def _flat(out: Any) -> list[Any]:
 
 
 class TimedOutputCheck:
-    """Hooks for harness.Timer.event_times: compares sampled timed candidate calls with the reference.
+    """Hooks for timing.Timer.event_times: compares sampled timed candidate calls with the reference.
 
     Before a sampled call (outside the timed window) the candidate's next inputs are copied and the
     reference computes the expected output from the copy (reference numerics); right after the call's end

@@ -356,7 +356,7 @@ def check_task(spec: dict[str, Any], task: Any, init: list[Any], device: Any, fl
     Raises TaskFailure for a broken task and CandidateFailure("oom") for one that cannot fit."""
     import torch
 
-    from .harness import CandidateFailure, TaskFailure
+    from .failures import CandidateFailure, TaskFailure
 
     seed = int(spec["seed"])
     try:

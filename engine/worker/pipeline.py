@@ -16,28 +16,23 @@ from ..results import Finding, to_dict
 from . import checks as runtime_checks
 from . import memory, triton_support
 from .compare import DEFAULT_TOLERANCE, compare_output, flatten_outputs
+from .failures import CandidateFailure, TaskFailure
 from .harness import (
-    REAL_CLOCKS,
     BuildRecorder,
-    CandidateFailure,
-    TaskFailure,
-    Timer,
-    capture_clocks,
     clone_inputs,
     current_numerics,
     custom_launches,
     import_file,
     make_inputs,
     phase,
-    quartiles,
     reset_launches,
     set_default_numerics,
     set_reference_numerics,
     shift_distribution,
-    stats,
     thread_names,
     versions,
 )
+from .timing import REAL_CLOCKS, Timer, capture_clocks, quartiles, stats
 
 _CUDA_ERROR = re.compile(r"CUDA error|illegal memory access|an illegal instruction|unspecified launch failure|"
                          r"misaligned address|CUDA_ERROR|device-side assert|AcceleratorError", re.I)
