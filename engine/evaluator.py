@@ -20,6 +20,7 @@ from . import result_cache
 from .candidate import Candidate
 from .config import Config
 from .gpu_lock import foreign_gpu_processes, gpu_lock_path
+from .integrity.registry import apply_policy, finding
 from .results import NO_SPEED_CLAIM, EvalResult, Finding, WorkerExit, from_dict
 from .sandbox import ProcessOutcome, live_sandbox_pids, run_sandboxed, tail, wait_sandboxed
 from .spare import DEFAULT_IDLE_S, Spare, start_spare
@@ -92,24 +93,6 @@ class EvalOptions:
                 for phase in phases}
 
 
-# Default severities of findings; `[integrity] policy` overrides per name.
-DEFAULT_POLICY = {"precision_downgrade": "warn", "weak_task_check": "warn", "gpu_shared": "warn",
-                  "pytorch_fallback": "fail", "timing_output_mismatch": "fail", "shape_specialized": "warn",
-                  "result_forgery": "fail"}
-
-
-def apply_policy(findings: tuple[Finding, ...], policy: Mapping[str, str]) -> tuple[Finding, ...]:
-    out = []
-    for f in findings:
-        level = policy.get(f.name) or DEFAULT_POLICY.get(f.name)
-        if level == "off":
-            continue
-        if level in ("fail", "warn") and level != f.severity:
-            f = replace(f, severity=level)  # type: ignore[arg-type]
-        out.append(f)
-    return tuple(out)
-
-
 def triton_env(cache: Path, device: str) -> dict[str, str]:
     """Triton's compile and autotuning caches under ours (kept across rounds and processes). On the CPU,
     Triton candidates run in Triton's interpreter; it is read when a kernel is decorated, so it is set
@@ -137,7 +120,7 @@ def forgery_finding(raw: Mapping[str, Any]) -> Finding | None:
     missing += [f"phase {p}" for p in _OK_PHASES if p not in phases]
     if not missing:
         return None
-    return Finding("result_forgery", "fail", "the worker's result file says ok but lacks what every evaluation "
+    return finding("result_forgery", "the worker's result file says ok but lacks what every evaluation "
                    f"records ({', '.join(missing[:4])}): it was not written by the worker", {"missing": missing})
 
 
@@ -343,7 +326,7 @@ class Evaluator:
         if not others:
             return []
         named = "; ".join(f"pid {p['pid']} {p['command'] or '?'} ({p['memory_mib']} MiB)" for p in others[:5])
-        return [Finding("gpu_shared", "warn", f"{len(others)} other process(es) use GPU {self.options.gpu}, none of "
+        return [finding("gpu_shared", f"{len(others)} other process(es) use GPU {self.options.gpu}, none of "
                         f"them cudaforge's: {named}; timings may be disturbed",
                         {"pids": [p["pid"] for p in others], "processes": others})]
 
@@ -379,7 +362,7 @@ class Evaluator:
         else:
             result = self._failure_without_result(base, outcome, worker_exit, stderr_tail)
         # Static checks again here, on the source the app holds: code in the worker could forge its result file.
-        from .integrity import source_findings
+        from .integrity.static import source_findings
 
         have = {f.name for f in result.findings}
         static = tuple(f for f in source_findings(candidate.source, task.source, precision=self.options.precision)

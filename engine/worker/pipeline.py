@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from ..compiler_log import first_error_text
-from ..integrity import check_cache_reuse, source_findings
+from ..integrity import runtime as runtime_checks
+from ..integrity.outputs import check_cache_reuse
+from ..integrity.registry import finding
+from ..integrity.static import source_findings
 from ..results import Finding, to_dict
-from . import checks as runtime_checks
 from . import memory, triton_support
 from .compare import DEFAULT_TOLERANCE, compare_output, flatten_outputs
 from .failures import CandidateFailure, TaskFailure
@@ -286,13 +288,13 @@ def correctness(spec: dict[str, Any], task: Any, model: Any, model_new: Any, dev
         del got, got_raw, expected, inputs, ref_in, cand_in, checks
         memory.release()
     if mutated:
-        findings.append(Finding("input_mutation", "fail", f"the candidate changed input(s) {sorted(mutated)} "
+        findings.append(finding("input_mutation", f"the candidate changed input(s) {sorted(mutated)} "
                                 "that the reference leaves unchanged", {"inputs": sorted(mutated)}))
     if aliased:
-        findings.append(Finding("output_aliases_input", "fail", "the candidate returns a view of an input; the "
+        findings.append(finding("output_aliases_input", "the candidate returns a view of an input; the "
                                 "reference returns new memory", {}))
     if subclass_types:
-        findings.append(Finding("tensor_subclass_output", "fail", "outputs are tensor subclasses, which can compute "
+        findings.append(finding("tensor_subclass_output", "outputs are tensor subclasses, which can compute "
                                 "lazily or on comparison", {"types": sorted(subclass_types)}))
     weak = fixed.finding(trials)
     if weak is not None:
@@ -370,7 +372,7 @@ def check_custom_code(spec: dict[str, Any], recorder: BuildRecorder, model_new: 
         ran_custom = any(v > 0 for v in launches.values())
         kernels = [{"name": n, "count": c, "device_time_us": 0.0, "share": 0.0, "custom": True} for n, c in launches.items()]
     if not ran_custom:
-        findings.append(Finding("no_custom_kernel", "fail", "no custom kernel or extension function ran during "
+        findings.append(finding("no_custom_kernel", "no custom kernel or extension function ran during "
                                 "ModelNew.forward; PyTorch did the work", {"launched": [k["name"] for k in kernels][:10]}))
     return kernels
 
@@ -474,8 +476,8 @@ def _check_hidden_work(host_ref: Any, host_cand: Any, ev_ref: Any, ev_cand: Any,
     come from the same synchronized calls, so our launch latency is in both and cancels."""
     excess = (host_cand.median_ms - ev_cand.median_ms) - (host_ref.median_ms - ev_ref.median_ms)
     if excess > max(0.02, 0.2 * host_cand.median_ms):
-        findings.append(Finding(
-            "hidden_async_work", "fail",
+        findings.append(finding(
+            "hidden_async_work",
             f"device-synchronized time exceeds CUDA-event time by {excess * 1e3:.1f} µs more than the reference's: "
             "work runs outside the timed stream (side stream or thread)",
             {"event_candidate_ms": ev_cand.median_ms, "host_candidate_ms": host_cand.median_ms,
@@ -500,7 +502,7 @@ def _speed_of_light(spec: dict[str, Any], inputs: list[Any], model: Any, cand_ms
     floor_ms = nbytes / (bandwidth * 1e9) * 1e3
     margin = float(spec.get("speed_of_light_margin", 1.0))
     if cand_ms * margin < floor_ms:
-        findings.append(Finding("faster_than_memory_bound", "fail",
+        findings.append(finding("faster_than_memory_bound",
                                 f"{cand_ms * 1e3:.1f} µs is below the {floor_ms * 1e3:.1f} µs needed to move "
                                 f"{nbytes / 1e6:.1f} MB once at {bandwidth:.0f} GB/s",
                                 {"candidate_ms": cand_ms, "floor_ms": floor_ms, "bytes": nbytes, "peak_gbs": bandwidth}))
@@ -538,7 +540,7 @@ def static_findings(task: Any, module_new: Any, findings: list[Finding]) -> None
     model_cls = getattr(task, "Model", None)
     new_cls = getattr(module_new, "ModelNew", None)
     if isinstance(model_cls, type) and isinstance(new_cls, type) and issubclass(new_cls, model_cls):
-        findings.append(Finding("subclasses_reference", "fail", "ModelNew subclasses the reference Model", {}))
+        findings.append(finding("subclasses_reference", "ModelNew subclasses the reference Model", {}))
 
 
 def _harness_identity() -> dict[str, int]:
@@ -656,10 +658,10 @@ def evaluate(spec: dict[str, Any], result: dict[str, Any]) -> None:
         result["compile"]["triton"] = triton_support.build_info(sys.modules.get("cudaforge_candidate"))
     changed = [k for k, v in _harness_identity().items() if identity.get(k) != v]
     if changed:
-        findings.append(Finding("harness_tampering", "fail", f"the candidate replaced {', '.join(changed)}",
+        findings.append(finding("harness_tampering", f"the candidate replaced {', '.join(changed)}",
                                 {"replaced": changed}))
     if extra_threads:
-        findings.append(Finding("background_threads", "fail", "the candidate started threads that keep running: "
+        findings.append(finding("background_threads", "the candidate started threads that keep running: "
                                 + ", ".join(sorted(extra_threads)[:5]), {"threads": sorted(extra_threads)}))
     result["findings"] = [to_dict(f) for f in findings]
     result["outcome"] = "ok"
