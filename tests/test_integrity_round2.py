@@ -24,6 +24,7 @@ from cudaforge.engine.integrity.runtime import (
     smaller_size,
 )
 from cudaforge.engine.sandbox import MARKER_VAR
+from cudaforge.engine.worker.job import WorkerReport
 
 # ------------------------------------------------------------------ pytorch_fallback rule
 
@@ -169,9 +170,10 @@ def test_clocks_that_agree_raise_nothing_and_a_frozen_timer_is_tampering() -> No
 
 
 def test_an_ok_result_without_the_worker_records_is_forged() -> None:
-    f = forgery_finding({"outcome": "ok", "timing": {"speedup": 100.0}, "phases": {}})
+    f = forgery_finding(WorkerReport.from_dict({"outcome": "ok", "phases": {}, "message": "correct, 100x"}))
     assert f is not None and f.name == "result_forgery" and "correctness" in f.evidence["missing"]
-    assert forgery_finding({"outcome": "wrong_result"}) is None
+    assert forgery_finding(WorkerReport.from_dict({"outcome": "wrong_result"})) is None
+    assert forgery_finding(None) is None
 
 
 def test_new_finding_names_have_default_severities() -> None:
@@ -186,10 +188,10 @@ def test_random_seed_per_evaluation_and_a_fixed_one_on_request(tmp_path) -> None
 
     task = Task(path=tmp_path / "task.py", source="", name="t", constants=())
     random_opts = EvalOptions(device="cpu", cache_dir=tmp_path)
-    seeds = {Evaluator(random_opts).worker_spec(task, tmp_path / "c.py", tmp_path)["seed"] for _ in range(5)}
+    seeds = {Evaluator(random_opts).worker_job(task, tmp_path / "c.py", tmp_path).seed for _ in range(5)}
     assert len(seeds) > 1
     fixed = EvalOptions(device="cpu", cache_dir=tmp_path, seed=7)
-    assert Evaluator(fixed).worker_spec(task, tmp_path / "c.py", tmp_path)["seed"] == 7
+    assert Evaluator(fixed).worker_job(task, tmp_path / "c.py", tmp_path).seed == 7
 
 
 def test_result_cache_key_does_not_depend_on_the_drawn_seed_but_on_a_fixed_one(tmp_path) -> None:

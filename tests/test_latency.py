@@ -257,14 +257,14 @@ def test_gpu_lock_is_one_per_machine_whatever_the_cache_dir(cpu_options, tmp_pat
     from cudaforge.engine.evaluator import EvalOptions
 
     monkeypatch.delenv("CUDAFORGE_LOCK_DIR", raising=False)
-    specs = [Evaluator(EvalOptions(device="cuda", gpu=1, cache_dir=tmp_path / d)).worker_spec(
+    specs = [Evaluator(EvalOptions(device="cuda", gpu=1, cache_dir=tmp_path / d)).worker_job(
         load_task(TASK), tmp_path / "c.py", tmp_path / d) for d in ("a", "b")]
-    assert specs[0]["gpu_lock_path"] == specs[1]["gpu_lock_path"]
-    assert specs[0]["gpu_lock_path"].endswith("gpu1.lock") and str(tmp_path) not in specs[0]["gpu_lock_path"]
+    assert specs[0].gpu_lock_path == specs[1].gpu_lock_path
+    assert specs[0].gpu_lock_path.endswith("gpu1.lock") and str(tmp_path) not in specs[0].gpu_lock_path
     monkeypatch.setenv("CUDAFORGE_LOCK_DIR", str(tmp_path / "locks"))
-    spec = Evaluator(EvalOptions(device="cuda", gpu=0, cache_dir=tmp_path / "a")).worker_spec(
+    spec = Evaluator(EvalOptions(device="cuda", gpu=0, cache_dir=tmp_path / "a")).worker_job(
         load_task(TASK), tmp_path / "c.py", tmp_path / "a")
-    assert spec["gpu_lock_path"] == str(tmp_path / "locks" / "gpu0.lock")
+    assert spec.gpu_lock_path == str(tmp_path / "locks" / "gpu0.lock")
 
 
 def test_spare_gpu_warm_up_waits_for_the_gpu_lock(tmp_path: Path) -> None:

@@ -15,25 +15,26 @@ from typing import Any
 
 from .failures import CandidateFailure, TaskFailure
 from .harness import current_phase, phase, phases, reset_phases, set_progress, write_result
+from .job import EvalJob, WorkerReport
 
 
 def main(argv: list[str]) -> int:
-    spec = json.loads(Path(argv[0]).read_text())
-    set_progress(Path(spec["progress_path"]))
-    if spec.get("gpu_lock_path"):
+    job = EvalJob.from_dict(json.loads(Path(argv[0]).read_text()))
+    set_progress(Path(job.progress_path))
+    if job.gpu_lock_path:
         from ..gpu_turns import announce_job
 
-        announce_job(spec["gpu_lock_path"])  # a job: idle spares let it take the GPU lock first
-    result_path = Path(spec["result_path"])
+        announce_job(job.gpu_lock_path)  # a job: idle spares let it take the GPU lock first
+    result_path = Path(job.result_path)
     phase("start")
     result: dict[str, Any] = {"phases": phases(), "findings": [], "numerics": {}}
     try:
         from . import pipeline
 
-        if spec.get("mode") == "profile":
-            pipeline.profile_run(spec, result)
+        if job.mode == "profile":
+            pipeline.profile_run(job, result)
         else:
-            pipeline.evaluate(spec, result)
+            pipeline.evaluate(job, result)
     except TaskFailure as exc:
         result.update(outcome="task_error", message=str(exc), traceback=traceback.format_exc(limit=8))
     except CandidateFailure as exc:
@@ -55,7 +56,7 @@ def main(argv: list[str]) -> int:
         from . import memory
 
         memory.finish(result)
-    write_result(result_path, result)
+    write_result(result_path, _typed(result))
     with contextlib.suppress(Exception):
         from . import pipeline
 
@@ -64,6 +65,16 @@ def main(argv: list[str]) -> int:
     sys.stderr.flush()
     # Skip interpreter teardown: candidate extensions or CUDA state may hang or crash in destructors.
     os._exit(0)
+
+
+def _typed(result: dict[str, Any]) -> dict[str, Any]:
+    """The report as the app will read it (WorkerReport); a record that does not fit its type is reported
+    as the worker's own runtime error rather than lost."""
+    try:
+        return WorkerReport.from_dict(result).to_dict()
+    except Exception as exc:  # a bug in the worker: say so, keep what the app needs to show it
+        return WorkerReport(outcome="runtime_error", message=f"the worker's report is malformed: {exc}",
+                            traceback=traceback.format_exc(), phases=dict(phases())).to_dict()
 
 
 SPARE_JOB = "job.json"
