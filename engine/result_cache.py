@@ -46,7 +46,7 @@ EVAL_RELEVANT = ("device", "precision", "trials", "seed", "atol", "rtol", "secon
 _ENGINE = Path(__file__).resolve().parent
 _CODE_FILES = ("worker/harness.py", "worker/pipeline.py", "worker/entry.py", "worker/failures.py", "worker/job.py",
                "worker/timing.py", "worker/compare.py", "integrity/registry.py", "integrity/static.py",
-               "integrity/runtime.py", "integrity/outputs.py", "results.py", "nvrtc.py", "evaluator.py", "worker/triton_support.py", "worker/memory.py")
+               "integrity/runtime.py", "integrity/outputs.py", "integrity/evidence.py", "results.py", "nvrtc.py", "evaluator.py", "worker/triton_support.py", "worker/memory.py")
 
 
 def _canonical(value: Any) -> Any:

@@ -4,6 +4,8 @@
 - static.py: checks of the candidate's source, before anything runs (the app runs them too).
 - runtime.py: checks inside the worker around the kernels, the timed calls and the sizes.
 - outputs.py: checks of the candidate's outputs against new values in the same memory.
+- evidence.py: findings from what the worker's pipeline recorded (inputs changed, kernels run, host vs
+  event time, the harness's functions, threads left running).
 
 Nothing is re-exported here: importing the static checks does not load the worker's ones.
 """

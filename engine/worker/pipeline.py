@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from ..compiler_log import first_error_text
+from ..integrity import evidence
 from ..integrity import runtime as runtime_checks
 from ..integrity.outputs import check_cache_reuse
-from ..integrity.registry import finding
 from ..integrity.static import source_findings
 from ..results import Finding, to_dict
 from . import memory, triton_support
@@ -288,15 +288,7 @@ def correctness(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any
                 worst[c.index] = c
         del got, got_raw, expected, inputs, ref_in, cand_in, checks
         memory.release()
-    if mutated:
-        findings.append(finding("input_mutation", f"the candidate changed input(s) {sorted(mutated)} "
-                                "that the reference leaves unchanged", {"inputs": sorted(mutated)}))
-    if aliased:
-        findings.append(finding("output_aliases_input", "the candidate returns a view of an input; the "
-                                "reference returns new memory", {}))
-    if subclass_types:
-        findings.append(finding("tensor_subclass_output", "outputs are tensor subclasses, which can compute "
-                                "lazily or on comparison", {"types": sorted(subclass_types)}))
+    findings.extend(evidence.correctness_findings(mutated, aliased, subclass_types))
     weak = fixed.finding(trials)
     if weak is not None:
         findings.append(weak)
@@ -372,9 +364,9 @@ def check_custom_code(job: EvalJob, recorder: BuildRecorder, model_new: Any, inp
         launches = custom_launches(recorder)
         ran_custom = any(v > 0 for v in launches.values())
         kernels = [{"name": n, "count": c, "device_time_us": 0.0, "share": 0.0, "custom": True} for n, c in launches.items()]
-    if not ran_custom:
-        findings.append(finding("no_custom_kernel", "no custom kernel or extension function ran during "
-                                "ModelNew.forward; PyTorch did the work", {"launched": [k["name"] for k in kernels][:10]}))
+    no_custom = evidence.custom_code_finding(ran_custom, [k["name"] for k in kernels])
+    if no_custom is not None:
+        findings.append(no_custom)
     return kernels
 
 
@@ -445,8 +437,11 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
         host_wall, host_events = host
         kwargs["host_reference"] = stats(host_wall["reference"], "host_synchronized")
         kwargs["host_candidate"] = stats(host_wall["candidate"], "host_synchronized")
-        _check_hidden_work(kwargs["host_reference"], kwargs["host_candidate"],
-                           stats(host_events["reference"], method), stats(host_events["candidate"], method), findings)
+        hidden = evidence.hidden_work_finding(kwargs["host_reference"], kwargs["host_candidate"],
+                                              stats(host_events["reference"], method),
+                                              stats(host_events["candidate"], method))
+        if hidden is not None:
+            findings.append(hidden)
     if "compile" in samples:
         comp = stats(samples["compile"], method)
         kwargs["compile_baseline"] = comp
@@ -473,20 +468,6 @@ def _call(model: Any, inputs: list[Any]) -> Any:
         return model(*inputs)
 
 
-def _check_hidden_work(host_ref: Any, host_cand: Any, ev_ref: Any, ev_cand: Any, findings: list[Finding]) -> None:
-    """Events on the current stream miss side-stream or threaded work; device-wide sync does not. Both
-    come from the same synchronized calls, so our launch latency is in both and cancels."""
-    excess = (host_cand.median_ms - ev_cand.median_ms) - (host_ref.median_ms - ev_ref.median_ms)
-    if excess > max(0.02, 0.2 * host_cand.median_ms):
-        findings.append(finding(
-            "hidden_async_work",
-            f"device-synchronized time exceeds CUDA-event time by {excess * 1e3:.1f} µs more than the reference's: "
-            "work runs outside the timed stream (side stream or thread)",
-            {"event_candidate_ms": ev_cand.median_ms, "host_candidate_ms": host_cand.median_ms,
-             "event_reference_ms": ev_ref.median_ms, "host_reference_ms": host_ref.median_ms,
-             "host_speedup": host_ref.median_ms / host_cand.median_ms if host_cand.median_ms else None}))
-
-
 def _speed_of_light(job: EvalJob, inputs: list[Any], model: Any, cand_ms: float, device: Any,
                     findings: list[Finding]) -> None:
     """Flag a candidate faster than moving its inputs and outputs once at the GPU's peak bandwidth."""
@@ -501,13 +482,9 @@ def _speed_of_light(job: EvalJob, inputs: list[Any], model: Any, cand_ms: float,
         with torch.no_grad():
             out = flatten_outputs(model(*clone_inputs(inputs)))
         nbytes = sum(t.numel() * t.element_size() for t in inputs + out if isinstance(t, torch.Tensor))
-    floor_ms = nbytes / (bandwidth * 1e9) * 1e3
-    margin = job.speed_of_light_margin
-    if cand_ms * margin < floor_ms:
-        findings.append(finding("faster_than_memory_bound",
-                                f"{cand_ms * 1e3:.1f} µs is below the {floor_ms * 1e3:.1f} µs needed to move "
-                                f"{nbytes / 1e6:.1f} MB once at {bandwidth:.0f} GB/s",
-                                {"candidate_ms": cand_ms, "floor_ms": floor_ms, "bytes": nbytes, "peak_gbs": bandwidth}))
+    too_fast = evidence.speed_of_light_finding(cand_ms, nbytes, bandwidth, job.speed_of_light_margin)
+    if too_fast is not None:
+        findings.append(too_fast)
 
 
 def shape_check(job: EvalJob, task: Any, init: list[Any], model: Any, model_new: Any, device: Any,
@@ -536,28 +513,6 @@ def shape_check(job: EvalJob, task: Any, init: list[Any], model: Any, model_new:
         run_reference=lambda m, inp: _run_reference(m, inp, device),
         run_candidate=lambda m, inp: _run_candidate(m, inp, device), compare=compare,
         copy_parameters=copy_parameters, seed=seed)
-
-
-def static_findings(task: Any, module_new: Any, findings: list[Finding]) -> None:
-    model_cls = getattr(task, "Model", None)
-    new_cls = getattr(module_new, "ModelNew", None)
-    if isinstance(model_cls, type) and isinstance(new_cls, type) and issubclass(new_cls, model_cls):
-        findings.append(finding("subclasses_reference", "ModelNew subclasses the reference Model", {}))
-
-
-def _harness_identity() -> dict[str, int]:
-    import time as _time
-
-    import torch
-
-    ids = {"time.perf_counter": id(_time.perf_counter), "time.time": id(_time.time)}
-    if torch.cuda.is_available():
-        ids.update({"torch.cuda.synchronize": id(torch.cuda.synchronize), "torch.cuda.Event": id(torch.cuda.Event),
-                    "torch.cuda.Event.elapsed_time": id(torch.cuda.Event.elapsed_time),
-                    "torch.cuda.Event.record": id(torch.cuda.Event.record)})
-    ids["torch.allclose"] = id(torch.allclose)
-    ids["torch.equal"] = id(torch.equal)
-    return ids
 
 
 _HELD_LOCKS: list[Any] = []
@@ -608,7 +563,7 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
     memory.reset_peak()
     recorder = BuildRecorder(Path(job.cache_dir) / "extensions" if job.cache_dir else None)
     recorder.install()
-    identity = _harness_identity()
+    identity = evidence.harness_identity()
     capture_clocks()
     threads_before = thread_names()
     # Static integrity checks read the sources before any candidate code runs (it cannot rewrite them first).
@@ -618,7 +573,9 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
     memory.check_task(job, task, init, device, _float_dtype(job.precision), mem)  # before the candidate
     model_new, build = build_candidate(job, recorder, task, init, device)
     result["compile"] = {"ok": True, "format": job.format, **build}
-    static_findings(task, sys.modules.get("cudaforge_candidate"), findings)
+    subclassed = evidence.subclass_finding(task, sys.modules.get("cudaforge_candidate"))
+    if subclassed is not None:
+        findings.append(subclassed)
     findings.extend(source_checks)
     copied = copy_parameters(model, model_new)
     result["copied_parameters"] = copied
@@ -658,13 +615,8 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
     findings.extend(shape_check(job, task, init, model, model_new, device, corr["atol"], corr["rtol"]))
     if job.format == "triton":  # after timing: the configurations autotuning chose are final
         result["compile"]["triton"] = triton_support.build_info(sys.modules.get("cudaforge_candidate"))
-    changed = [k for k, v in _harness_identity().items() if identity.get(k) != v]
-    if changed:
-        findings.append(finding("harness_tampering", f"the candidate replaced {', '.join(changed)}",
-                                {"replaced": changed}))
-    if extra_threads:
-        findings.append(finding("background_threads", "the candidate started threads that keep running: "
-                                + ", ".join(sorted(extra_threads)[:5]), {"threads": sorted(extra_threads)}))
+    findings.extend(f for f in (evidence.tampering_finding(identity, evidence.harness_identity()),
+                                evidence.threads_finding(extra_threads)) if f is not None)
     result["findings"] = [to_dict(f) for f in findings]
     result["outcome"] = "ok"
 
