@@ -41,6 +41,7 @@ from cudaforge.engine.profiler import Profiler
 from cudaforge.engine.profiling import NcuSettings
 from cudaforge.engine.results import EvalResult
 from cudaforge.engine.task import Task, load_task
+from cudaforge.engine.worker.job import EvalJob
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -77,10 +78,8 @@ class NaiveEvaluator(Evaluator):
     def _fresh(self) -> Path:
         return Path(tempfile.mkdtemp(prefix="naive-", dir=self.scratch))
 
-    def worker_spec(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        spec = super().worker_spec(*args, **kwargs)
-        spec["cache_dir"] = str(self._fresh())
-        return spec
+    def worker_job(self, *args: Any, **kwargs: Any) -> EvalJob:
+        return replace(super().worker_job(*args, **kwargs), cache_dir=str(self._fresh()))
 
     def worker_env(self) -> dict[str, str]:
         env = super().worker_env()

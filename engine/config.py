@@ -16,9 +16,9 @@ from types import MappingProxyType
 from typing import Any
 
 from .errors import ConfigError
+from .integrity.registry import POLICIES, unknown_names
 
 CONFIG_NAME = "cudaforge.toml"
-FINDING_POLICIES = ("fail", "warn", "off")
 
 
 @dataclass(frozen=True)
@@ -177,8 +177,12 @@ def validate_value(section: str, key: str, value: Any, source: str) -> Any:
         raise ConfigError(f"{where} must be at least {spec.minimum}, got {value!r}")
     if section == "integrity" and key == "policy":
         for name, policy in value.items():
-            if policy not in FINDING_POLICIES:
+            if policy not in POLICIES:
                 raise ConfigError(f"{where}.{name} must be one of fail, warn, off, got {policy!r}")
+        unknown = unknown_names(value)
+        if unknown:
+            raise ConfigError(f"{where}: unknown finding {unknown[0]!r} (the findings are listed in the README's "
+                              "integrity section)")
     if section == "timing" and key == "baselines":
         bad = [b for b in value if b not in ("eager", "compile")]
         if bad:

@@ -20,10 +20,12 @@ from . import result_cache
 from .candidate import Candidate
 from .config import Config
 from .gpu_lock import foreign_gpu_processes, gpu_lock_path
-from .results import NO_SPEED_CLAIM, EvalResult, Finding, WorkerExit, from_dict
+from .integrity.registry import apply_policy, finding
+from .results import NO_SPEED_CLAIM, EvalResult, Finding, WorkerExit
 from .sandbox import ProcessOutcome, live_sandbox_pids, run_sandboxed, tail, wait_sandboxed
 from .spare import DEFAULT_IDLE_S, Spare, start_spare
 from .task import Task
+from .worker.job import EvalJob, Mode, WorkerReport
 
 PHASE_GROUPS = {
     "gpu_wait_s": ("gpu_wait",),
@@ -92,24 +94,6 @@ class EvalOptions:
                 for phase in phases}
 
 
-# Default severities of findings; `[integrity] policy` overrides per name.
-DEFAULT_POLICY = {"precision_downgrade": "warn", "weak_task_check": "warn", "gpu_shared": "warn",
-                  "pytorch_fallback": "fail", "timing_output_mismatch": "fail", "shape_specialized": "warn",
-                  "result_forgery": "fail"}
-
-
-def apply_policy(findings: tuple[Finding, ...], policy: Mapping[str, str]) -> tuple[Finding, ...]:
-    out = []
-    for f in findings:
-        level = policy.get(f.name) or DEFAULT_POLICY.get(f.name)
-        if level == "off":
-            continue
-        if level in ("fail", "warn") and level != f.severity:
-            f = replace(f, severity=level)  # type: ignore[arg-type]
-        out.append(f)
-    return tuple(out)
-
-
 def triton_env(cache: Path, device: str) -> dict[str, str]:
     """Triton's compile and autotuning caches under ours (kept across rounds and processes). On the CPU,
     Triton candidates run in Triton's interpreter; it is read when a kernel is decorated, so it is set
@@ -119,25 +103,24 @@ def triton_env(cache: Path, device: str) -> dict[str, str]:
     return env
 
 
-# What every real evaluation that ends "ok" records (engine/worker/evaluate.py); a result without it
+# What every real evaluation that ends "ok" records (engine/worker/pipeline.py); a result without it
 # was written by someone else: the candidate, through the worker's result file.
 _OK_RECORDS = ("correctness", "timing", "kernels", "seeds", "versions")
 _OK_PHASES = ("load_task", "build", "correctness", "kernels", "timing")
 
 
-def forgery_finding(raw: Mapping[str, Any]) -> Finding | None:
+def forgery_finding(report: WorkerReport | None) -> Finding | None:
     """`result_forgery` when the worker's result claims "ok" but lacks what the worker always records."""
-    if raw.get("outcome") != "ok":
+    if report is None or report.outcome != "ok":
         return None
-    missing = [k for k in _OK_RECORDS if raw.get(k) is None]
-    corr = raw.get("correctness") if isinstance(raw.get("correctness"), Mapping) else {}
-    if not corr.get("passed") or not corr.get("trial_results"):
+    missing = [k for k in _OK_RECORDS if getattr(report, k) is None]
+    corr = report.correctness
+    if corr is None or not corr.passed or not corr.trial_results:
         missing.append("passed correctness trials")
-    phases = raw.get("phases") if isinstance(raw.get("phases"), Mapping) else {}
-    missing += [f"phase {p}" for p in _OK_PHASES if p not in phases]
+    missing += [f"phase {p}" for p in _OK_PHASES if p not in report.phases]
     if not missing:
         return None
-    return Finding("result_forgery", "fail", "the worker's result file says ok but lacks what every evaluation "
+    return finding("result_forgery", "the worker's result file says ok but lacks what every evaluation "
                    f"records ({', '.join(missing[:4])}): it was not written by the worker", {"missing": missing})
 
 
@@ -234,31 +217,31 @@ class Evaluator:
 
     # ------------------------------------------------------------------ evaluation
 
-    def worker_spec(self, task: Task, candidate_path: Path, workdir: Path, mode: str = "evaluate",
-                    candidate: Candidate | None = None) -> dict[str, Any]:
+    def worker_job(self, task: Task, candidate_path: Path, workdir: Path, mode: Mode = "evaluate",
+                   candidate: Candidate | None = None) -> EvalJob:
         o = self.options
-        return {
-            "mode": mode,
-            "task_path": str(task.path),
-            "candidate_path": str(candidate_path),
-            "format": candidate.format if candidate else "",
-            "device": o.device,
-            "gpu": o.gpu,
-            "precision": o.precision,
-            "trials": o.trials,
-            "seed": o.seed if o.seed is not None else secrets.randbelow(1 << 30),
-            "atol": o.atol,
-            "rtol": o.rtol,
-            "second_distribution": o.second_distribution,
-            "timing": dict(o.timing),
-            "cache_dir": str(o.cache_dir),
-            "peak_bandwidth_gbs": o.peak_bandwidth_gbs,
-            "speed_of_light_margin": o.speed_of_light_margin,
-            "gpu_lock_path": str(gpu_lock_path(o.gpu)) if o.device == "cuda" else None,
-            "gpu_memory_gb": o.gpu_memory_gb,
-            "result_path": str(workdir / "result.json"),
-            "progress_path": str(workdir / "sandbox" / "progress.json"),
-        }
+        return EvalJob(
+            mode=mode,
+            task_path=str(task.path),
+            candidate_path=str(candidate_path),
+            format=candidate.format if candidate else "",
+            device=o.device,
+            gpu=o.gpu,
+            precision=o.precision,
+            trials=o.trials,
+            seed=o.seed if o.seed is not None else secrets.randbelow(1 << 30),
+            atol=o.atol,
+            rtol=o.rtol,
+            second_distribution=o.second_distribution,
+            timing=dict(o.timing),
+            cache_dir=str(o.cache_dir),
+            peak_bandwidth_gbs=o.peak_bandwidth_gbs,
+            speed_of_light_margin=o.speed_of_light_margin,
+            gpu_lock_path=str(gpu_lock_path(o.gpu)) if o.device == "cuda" else None,
+            gpu_memory_gb=o.gpu_memory_gb,
+            result_path=str(workdir / "result.json"),
+            progress_path=str(workdir / "sandbox" / "progress.json"),
+        )
 
     def worker_env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -279,7 +262,7 @@ class Evaluator:
         cand_path = workdir / "candidate.py"
         cand_path.write_text(candidate.source, encoding="utf-8")
         spec_path = workdir / "worker.json"
-        spec_path.write_text(json.dumps(self.worker_spec(task, cand_path, workdir, mode, candidate)))
+        spec_path.write_text(json.dumps(self.worker_job(task, cand_path, workdir, mode, candidate).to_dict()))
         return workdir, cand_path, spec_path
 
     async def evaluate(self, task: Task, candidate: Candidate, *, use_cache: bool = True) -> EvalResult:
@@ -343,7 +326,7 @@ class Evaluator:
         if not others:
             return []
         named = "; ".join(f"pid {p['pid']} {p['command'] or '?'} ({p['memory_mib']} MiB)" for p in others[:5])
-        return [Finding("gpu_shared", "warn", f"{len(others)} other process(es) use GPU {self.options.gpu}, none of "
+        return [finding("gpu_shared", f"{len(others)} other process(es) use GPU {self.options.gpu}, none of "
                         f"them cudaforge's: {named}; timings may be disturbed",
                         {"pids": [p["pid"] for p in others], "processes": others})]
 
@@ -351,10 +334,11 @@ class Evaluator:
                  err_path: Path, warnings: list[Finding]) -> EvalResult:
         result_path = workdir / "result.json"
         stdout_tail, stderr_tail = tail(out_path), tail(err_path)
-        raw: dict[str, Any] = {}
+        raw: Any = {}
         if result_path.exists():
             with contextlib.suppress(ValueError, OSError):
                 raw = json.loads(result_path.read_text())
+        report = WorkerReport.from_dict(raw) if raw else None
         exit_reason = {"exited": "ok" if raw else "exit", "signal": "crash"}.get(outcome.reason, outcome.reason)
         worker_exit = WorkerExit(reason=exit_reason, returncode=outcome.returncode, signal=outcome.signal,
                                  seconds=outcome.seconds, phase=outcome.phase)
@@ -362,29 +346,17 @@ class Evaluator:
             "task_path": str(task.path), "candidate_hash": candidate.sha256, "format": candidate.format,
             "device": self.options.device, "stdout_tail": stdout_tail, "stderr_tail": stderr_tail,
         }
-        if raw:
-            data = {k: v for k, v in raw.items() if k in EvalResult.__dataclass_fields__}
-            data.update(base)
-            comp = data.get("compile")
-            if comp is not None:
-                comp.setdefault("ok", data.get("outcome") != "compile_error")
-                comp.setdefault("format", candidate.format)
-                if data.get("outcome") == "compile_error":
-                    comp["ok"] = False
-            data.setdefault("outcome", "runtime_error")
-            data.setdefault("message", "")
-            data["accepted"] = False
-            result = from_dict(EvalResult, data)
-            result = replace(result, exit=worker_exit)
+        if report is not None:
+            result = self._from_report(report, base, candidate, worker_exit)
         else:
             result = self._failure_without_result(base, outcome, worker_exit, stderr_tail)
         # Static checks again here, on the source the app holds: code in the worker could forge its result file.
-        from .integrity import source_findings
+        from .integrity.static import source_findings
 
         have = {f.name for f in result.findings}
         static = tuple(f for f in source_findings(candidate.source, task.source, precision=self.options.precision)
                        if f.name not in have)
-        forged = forgery_finding(raw)
+        forged = forgery_finding(report)
         if forged is not None:
             static = (*static, forged)
         findings = apply_policy(tuple(warnings) + result.findings + static, self.options.integrity_policy)
@@ -398,6 +370,21 @@ class Evaluator:
                 result.timing.speedup is not None else f"correct, {NO_SPEED_CLAIM}" if result.timing else "correct"
         return replace(result, findings=findings, outcome=outcome_name, message=message,
                        accepted=outcome_name == "ok")
+
+    @staticmethod
+    def _from_report(report: WorkerReport, base: dict[str, Any], candidate: Candidate,
+                     worker_exit: WorkerExit) -> EvalResult:
+        """The EvalResult of a worker that wrote its report (before the app's own checks and policy)."""
+        comp = report.compile
+        if comp is not None and not comp.format:
+            comp = replace(comp, format=candidate.format)
+        return EvalResult(
+            outcome=report.outcome or "runtime_error",  # type: ignore[arg-type]
+            accepted=False, gpu_name=report.gpu_name, message=report.message, compile=comp,
+            correctness=report.correctness, timing=report.timing, findings=report.findings,
+            kernels=report.kernels or (), exit=worker_exit, traceback=report.traceback, phases=dict(report.phases),
+            versions=dict(report.versions or {}), numerics=dict(report.numerics), seeds=report.seeds or (),
+            memory=report.memory, **base)
 
     def _failure_without_result(self, base: dict[str, Any], outcome: ProcessOutcome, worker_exit: WorkerExit,
                                 stderr_tail: str) -> EvalResult:

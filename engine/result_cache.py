@@ -44,8 +44,9 @@ KEY_VERSION = 1
 EVAL_RELEVANT = ("device", "precision", "trials", "seed", "atol", "rtol", "second_distribution", "timing",
                  "integrity_policy", "speed_of_light_margin", "peak_bandwidth_gbs", "gpu_memory_gb")
 _ENGINE = Path(__file__).resolve().parent
-_CODE_FILES = ("worker/harness.py", "worker/evaluate.py", "worker/compare.py", "worker/checks.py", "integrity.py",
-               "results.py", "nvrtc.py", "evaluator.py", "worker/triton_support.py", "worker/memory.py")
+_CODE_FILES = ("worker/harness.py", "worker/pipeline.py", "worker/entry.py", "worker/failures.py", "worker/job.py",
+               "worker/timing.py", "worker/compare.py", "integrity/registry.py", "integrity/static.py",
+               "integrity/runtime.py", "integrity/outputs.py", "integrity/evidence.py", "results.py", "nvrtc.py", "evaluator.py", "worker/triton_support.py", "worker/memory.py")
 
 
 def _canonical(value: Any) -> Any:

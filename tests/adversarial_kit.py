@@ -56,7 +56,7 @@ def describe(result: EvalResult) -> str:
 
 def source_findings_of(name: str) -> set[str]:
     """Names of the static findings for one adversarial candidate."""
-    from cudaforge.engine.integrity import source_findings
+    from cudaforge.engine.integrity.static import source_findings
 
     task = TINY_TASK if "tiny" in name else TASK
     return {f.name for f in source_findings(candidate_source(name), task.read_text())}

@@ -53,6 +53,7 @@ def test_layers_later_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
         ("[eval]\ndevice = 'tpu'\n", "[eval] device must be one of cuda, cpu"),
         ("[timing]\nbaselines = ['eager', 'tensorrt']\n", "unknown baseline 'tensorrt'"),
         ("[integrity]\npolicy = { no_custom_kernel = 'maybe' }\n", "policy.no_custom_kernel must be one of"),
+        ("[integrity]\npolicy = { side_steam = 'fail' }\n", "[integrity] policy: unknown finding 'side_steam'"),
         ("[eval\n", "invalid TOML"),
     ],
 )

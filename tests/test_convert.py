@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from cudaforge.engine.candidate import detect_format
 from cudaforge.engine.convert import ConversionError, to_inline, to_standalone
-from cudaforge.engine.integrity import source_findings
+from cudaforge.engine.integrity.static import source_findings
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 NVRTC = sorted(EXAMPLES.glob("*/nvrtc.py"))

@@ -1,4 +1,4 @@
-"""Unit tests of the second round's runtime checks (engine/worker/checks.py), the gpu_shared filter
+"""Unit tests of the second round's runtime checks (engine/integrity/runtime.py), the gpu_shared filter
 (engine/gpu_lock.py), the result consistency check and the random seed (engine/evaluator.py).
 Everything here runs in this process in milliseconds; the end-to-end cases are in test_adversarial.py."""
 
@@ -12,10 +12,10 @@ import time
 import pytest
 import torch
 from cudaforge.engine import result_cache
-from cudaforge.engine.evaluator import DEFAULT_POLICY, EvalOptions, Evaluator, forgery_finding
+from cudaforge.engine.evaluator import EvalOptions, Evaluator, forgery_finding
 from cudaforge.engine.gpu_lock import is_cudaforge_process, parse_compute_apps, process_command
-from cudaforge.engine.sandbox import MARKER_VAR
-from cudaforge.engine.worker.checks import (
+from cudaforge.engine.integrity.registry import REGISTRY
+from cudaforge.engine.integrity.runtime import (
     FixedValueProbe,
     clock_findings,
     fallback_rule,
@@ -23,6 +23,8 @@ from cudaforge.engine.worker.checks import (
     size_constants,
     smaller_size,
 )
+from cudaforge.engine.sandbox import MARKER_VAR
+from cudaforge.engine.worker.job import WorkerReport
 
 # ------------------------------------------------------------------ pytorch_fallback rule
 
@@ -168,16 +170,17 @@ def test_clocks_that_agree_raise_nothing_and_a_frozen_timer_is_tampering() -> No
 
 
 def test_an_ok_result_without_the_worker_records_is_forged() -> None:
-    f = forgery_finding({"outcome": "ok", "timing": {"speedup": 100.0}, "phases": {}})
+    f = forgery_finding(WorkerReport.from_dict({"outcome": "ok", "phases": {}, "message": "correct, 100x"}))
     assert f is not None and f.name == "result_forgery" and "correctness" in f.evidence["missing"]
-    assert forgery_finding({"outcome": "wrong_result"}) is None
+    assert forgery_finding(WorkerReport.from_dict({"outcome": "wrong_result"})) is None
+    assert forgery_finding(None) is None
 
 
 def test_new_finding_names_have_default_severities() -> None:
-    assert DEFAULT_POLICY["pytorch_fallback"] == "fail"
-    assert DEFAULT_POLICY["timing_output_mismatch"] == "fail"
-    assert DEFAULT_POLICY["shape_specialized"] == "warn"
-    assert "pytorch_time_share" not in DEFAULT_POLICY
+    assert REGISTRY["pytorch_fallback"].severity == "fail"
+    assert REGISTRY["timing_output_mismatch"].severity == "fail"
+    assert REGISTRY["shape_specialized"].severity == "warn"
+    assert "pytorch_time_share" not in REGISTRY
 
 
 def test_random_seed_per_evaluation_and_a_fixed_one_on_request(tmp_path) -> None:
@@ -185,10 +188,10 @@ def test_random_seed_per_evaluation_and_a_fixed_one_on_request(tmp_path) -> None
 
     task = Task(path=tmp_path / "task.py", source="", name="t", constants=())
     random_opts = EvalOptions(device="cpu", cache_dir=tmp_path)
-    seeds = {Evaluator(random_opts).worker_spec(task, tmp_path / "c.py", tmp_path)["seed"] for _ in range(5)}
+    seeds = {Evaluator(random_opts).worker_job(task, tmp_path / "c.py", tmp_path).seed for _ in range(5)}
     assert len(seeds) > 1
     fixed = EvalOptions(device="cpu", cache_dir=tmp_path, seed=7)
-    assert Evaluator(fixed).worker_spec(task, tmp_path / "c.py", tmp_path)["seed"] == 7
+    assert Evaluator(fixed).worker_job(task, tmp_path / "c.py", tmp_path).seed == 7
 
 
 def test_result_cache_key_does_not_depend_on_the_drawn_seed_but_on_a_fixed_one(tmp_path) -> None:

@@ -1,4 +1,4 @@
-"""Unit tests of the runtime cache-reuse probe (engine/integrity.py: check_cache_reuse) in this process."""
+"""Unit tests of the runtime cache-reuse probe (engine/integrity/outputs.py: check_cache_reuse) in this process."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from cudaforge.engine.integrity import check_cache_reuse, check_constant_output
+from cudaforge.engine.integrity.outputs import check_cache_reuse, check_constant_output
 from cudaforge.engine.results import Finding
 
 TOL = {"atol": 1e-4, "rtol": 1e-4}

@@ -1,4 +1,4 @@
-"""Unit tests of the static integrity checks (engine/integrity.py: source_findings) on small sources."""
+"""Unit tests of the static integrity checks (engine/integrity/static.py: source_findings) on small sources."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 from adversarial_kit import ADV, candidate_source
-from cudaforge.engine.integrity import SEVERITY, source_findings
+from cudaforge.engine.integrity.registry import REGISTRY
+from cudaforge.engine.integrity.static import source_findings
 from cudaforge.engine.results import Finding
 
 REPO = Path(__file__).resolve().parent.parent
@@ -446,7 +447,7 @@ def test_unparsable_source_gives_no_findings() -> None:
 
 def test_every_name_has_a_documented_severity() -> None:
     for f in source_findings(candidate_source("timer_patch.py"), FP32_TASK):
-        assert f.name in SEVERITY and f.evidence["count"] >= 1
+        assert f.name in REGISTRY and f.evidence["count"] >= 1
         assert all({"line", "snippet", "construct"} <= set(loc) for loc in f.evidence["locations"])
 
 

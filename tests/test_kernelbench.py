@@ -17,8 +17,8 @@ import pytest
 import torch
 from cudaforge.engine.config import load_config
 from cudaforge.engine.evaluator import EvalOptions, Evaluator
+from cudaforge.engine.integrity.runtime import FixedValueProbe
 from cudaforge.engine.worker import memory
-from cudaforge.engine.worker.checks import FixedValueProbe
 from cudaforge.engine.worker.compare import compare_output
 
 REPO = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from adversarial_kit import describe, evaluate, names
 from cudaforge.engine.candidate import Candidate
-from cudaforge.engine.worker.checks import load_variant, rewrite_constants, size_constants
+from cudaforge.engine.integrity.runtime import load_variant, rewrite_constants, size_constants
 
 KERNELBENCH = Path(__file__).resolve().parent.parent.parent / "shared" / "kernelbench"
 PROBLEMS = [

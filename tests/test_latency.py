@@ -257,21 +257,21 @@ def test_gpu_lock_is_one_per_machine_whatever_the_cache_dir(cpu_options, tmp_pat
     from cudaforge.engine.evaluator import EvalOptions
 
     monkeypatch.delenv("CUDAFORGE_LOCK_DIR", raising=False)
-    specs = [Evaluator(EvalOptions(device="cuda", gpu=1, cache_dir=tmp_path / d)).worker_spec(
+    specs = [Evaluator(EvalOptions(device="cuda", gpu=1, cache_dir=tmp_path / d)).worker_job(
         load_task(TASK), tmp_path / "c.py", tmp_path / d) for d in ("a", "b")]
-    assert specs[0]["gpu_lock_path"] == specs[1]["gpu_lock_path"]
-    assert specs[0]["gpu_lock_path"].endswith("gpu1.lock") and str(tmp_path) not in specs[0]["gpu_lock_path"]
+    assert specs[0].gpu_lock_path == specs[1].gpu_lock_path
+    assert specs[0].gpu_lock_path.endswith("gpu1.lock") and str(tmp_path) not in specs[0].gpu_lock_path
     monkeypatch.setenv("CUDAFORGE_LOCK_DIR", str(tmp_path / "locks"))
-    spec = Evaluator(EvalOptions(device="cuda", gpu=0, cache_dir=tmp_path / "a")).worker_spec(
+    spec = Evaluator(EvalOptions(device="cuda", gpu=0, cache_dir=tmp_path / "a")).worker_job(
         load_task(TASK), tmp_path / "c.py", tmp_path / "a")
-    assert spec["gpu_lock_path"] == str(tmp_path / "locks" / "gpu0.lock")
+    assert spec.gpu_lock_path == str(tmp_path / "locks" / "gpu0.lock")
 
 
 def test_spare_gpu_warm_up_waits_for_the_gpu_lock(tmp_path: Path) -> None:
     """A spare creates its CUDA context only while holding the per-GPU lock, never during a timing."""
     import threading
 
-    from cudaforge.engine.worker.harness import _gpu_lock
+    from cudaforge.engine.worker.entry import _gpu_lock
     from filelock import FileLock
 
     path = str(tmp_path / "gpu0.lock")
@@ -388,7 +388,7 @@ def test_fast_packing_costs_a_fraction_of_the_old_per_call_work() -> None:
 def test_timer_warms_up_for_a_minimum_time_and_times_short_calls_longer() -> None:
     """Short callables get more trials (about min_time_ms each, capped); long ones keep the minimum count."""
     import torch
-    from cudaforge.engine.worker.harness import Timer
+    from cudaforge.engine.worker.timing import Timer
 
     calls = {"short": 0, "long": 0}
 

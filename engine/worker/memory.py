@@ -14,7 +14,10 @@ import contextlib
 import gc
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .job import EvalJob
 
 GIB = 1 << 30
 SLACK_BYTES = GIB  # the L2 flush buffer, CUDA/cuBLAS workspaces, compare chunks
@@ -112,11 +115,11 @@ def oom_evidence(exc: BaseException) -> dict[str, Any]:
 CAP: dict[str, Any] = {}
 
 
-def apply_cap(spec: dict[str, Any], device: Any) -> str:
+def apply_cap(job: EvalJob, device: Any) -> str:
     """Cap this process's device memory to `gpu_memory_gb` (PyTorch's per-process fraction).
 
     The cap is CUDA-only: on the CPU device it is ignored, and the returned note says so."""
-    gb = spec.get("gpu_memory_gb")
+    gb = job.gpu_memory_gb
     if not gb:
         return ""
     if getattr(device, "type", "cpu") != "cuda":
@@ -348,7 +351,7 @@ def task_name(path: str) -> str:
     return f"{p.parent.name}/{p.stem}" if p.parent.name else p.stem
 
 
-def check_task(spec: dict[str, Any], task: Any, init: list[Any], device: Any, float_dtype: Any,
+def check_task(job: EvalJob, task: Any, init: list[Any], device: Any, float_dtype: Any,
                mem: dict[str, Any]) -> None:
     """The task's own check, before any candidate is built: get_inputs() runs (on the meta device, else
     for real on the host), the footprint is counted, and on CUDA the task must fit the card or cap.
@@ -356,9 +359,9 @@ def check_task(spec: dict[str, Any], task: Any, init: list[Any], device: Any, fl
     Raises TaskFailure for a broken task and CandidateFailure("oom") for one that cannot fit."""
     import torch
 
-    from .harness import CandidateFailure, TaskFailure
+    from .failures import CandidateFailure, TaskFailure
 
-    seed = int(spec["seed"])
+    seed = job.seed
     try:
         fp = meta_footprint(task, init, seed, float_dtype)
     except Exception as meta_exc:
@@ -366,9 +369,9 @@ def check_task(spec: dict[str, Any], task: Any, init: list[Any], device: Any, fl
         try:
             raw = task.get_inputs()
         except Exception as exc:
-            raise TaskFailure(f"{spec['task_path']}: get_inputs() raised {type(exc).__name__}: {exc}") from exc
+            raise TaskFailure(f"{job.task_path}: get_inputs() raised {type(exc).__name__}: {exc}") from exc
         if not isinstance(raw, (list, tuple)):
-            raise TaskFailure(f"{spec['task_path']}: get_inputs() must return a list or tuple of inputs, "
+            raise TaskFailure(f"{job.task_path}: get_inputs() must return a list or tuple of inputs, "
                               f"got {type(raw).__name__}") from None
         fp = {"input_bytes": tensor_bytes(list(raw)), "output_bytes": 0, "param_bytes": 0,
               "reason": f"get_inputs()/Model cannot run on the meta device ({type(meta_exc).__name__})"}
@@ -382,7 +385,7 @@ def check_task(spec: dict[str, Any], task: Any, init: list[Any], device: Any, fl
     cap = CAP.get("bytes")
     mem.update(free_bytes=free, total_bytes=total, cap_bytes=cap, fits=fits(fp["footprint_bytes"], free, cap))
     if not mem["fits"]:
-        mem["message"] = fit_message(task_name(spec["task_path"]), fp["footprint_bytes"], free, cap)
+        mem["message"] = fit_message(task_name(job.task_path), fp["footprint_bytes"], free, cap)
         raise CandidateFailure("oom", mem["message"])
 
 

@@ -1,4 +1,4 @@
-"""Runtime integrity checks of the second round, run in the worker next to the first round's.
+"""Runtime integrity checks, run in the worker (engine/worker/pipeline.py) on what actually happened.
 
 - `fallback_finding`: the candidate's own kernels ran, but PyTorch's kernels (or aten ops on the CPU)
   cover every kernel the reference launches, at comparable time, while the candidate's own code
@@ -13,8 +13,8 @@
 - `clock_findings`: the CPU timer's clock against an independent one (a timer patched in place,
   e.g. through ctypes, keeps its identity but not its agreement with the other clock).
 
-Every function here gets the models and callables from evaluate.py; nothing here is imported by
-the app (torch is imported lazily).
+Every function here gets the models and callables from the worker's pipeline; nothing here is
+imported by the app (torch is imported lazily).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..results import Finding
-from .harness import EXT_RANGE, custom_launches
+from ..worker.harness import EXT_RANGE, custom_launches
+from .registry import finding
 
 # ------------------------------------------------------------------ pytorch_fallback
 
@@ -153,7 +154,7 @@ def fallback_finding(run_reference: Callable[[], Any], run_candidate: Callable[[
     if extension_us is not None:
         evidence["extension_us"] = round(extension_us, 3)
     share = f" ({evidence['own_share']:.0%} of its time)" if evidence["own_share"] is not None else ""
-    return Finding("pytorch_fallback", "fail",
+    return finding("pytorch_fallback",
                    f"the candidate's own code ran{share} but PyTorch's {where} cover all "
                    f"{evidence['reference_kernels']} of the reference's, at least as often and with comparable work: "
                    "PyTorch does the work", evidence)
@@ -196,7 +197,7 @@ def _flat(out: Any) -> list[Any]:
 
 
 class TimedOutputCheck:
-    """Hooks for harness.Timer.event_times: compares sampled timed candidate calls with the reference.
+    """Hooks for timing.Timer.event_times: compares sampled timed candidate calls with the reference.
 
     Before a sampled call (outside the timed window) the candidate's next inputs are copied and the
     reference computes the expected output from the copy (reference numerics); right after the call's end
@@ -286,14 +287,14 @@ class TimedOutputCheck:
         out = []
         if self.failures:
             first = self.failures[0]
-            out.append(Finding(
-                "timing_output_mismatch", "fail",
+            out.append(finding(
+                "timing_output_mismatch",
                 f"timed call {first['call'] + 1} of {self.trials} returned a wrong output ({first['reason']}); "
                 f"{len(self.failures)} of {len(self.checked)} checked timed calls were wrong",
                 {"checked_calls": self.checked, "failures": self.failures[:5], "timed_calls": self.trials,
                  "atol": self.atol, "rtol": self.rtol}))
         if self.aliased:
-            out.append(Finding("output_aliases_input", "fail", "during timing the candidate returned memory of "
+            out.append(finding("output_aliases_input", "during timing the candidate returned memory of "
                                "its inputs or of the reference model's parameters", {"timed_calls": self.aliased[:5]}))
         return out
 
@@ -319,7 +320,7 @@ def clock_findings(pairs: Mapping[str, tuple[float, float]]) -> list[Finding]:
            if abs(a - b) > 0.1 * max(a, b) + 1e-3}
     if not bad:
         return []
-    return [Finding("harness_tampering", "fail", "the timer clock disagrees with an independent clock around the "
+    return [finding("harness_tampering", "the timer clock disagrees with an independent clock around the "
                     "timed calls of " + ", ".join(sorted(bad)) + ": it was altered in place (e.g. through ctypes)",
                     {"replaced": ["time.perf_counter (in place)"], "clocks": bad})]
 
@@ -376,7 +377,7 @@ class FixedValueProbe:
         zero = all(lo <= 0.0 <= hi for lo, hi in self.bounds.values())
         values = {k: 0.0 if zero else (lo + hi) / 2 for k, (lo, hi) in self.bounds.items()}
         kind = "zero" if zero else "constant"
-        return Finding("weak_task_check", "warn", f"a {kind} tensor (the same value in every trial) would pass this "
+        return finding("weak_task_check", f"a {kind} tensor (the same value in every trial) would pass this "
                        "task's correctness check at the configured tolerance; the result proves little",
                        {"trivial_output": kind, "values": {str(k): v for k, v in values.items()},
                         "atol": self.atol, "rtol": self.rtol})
@@ -503,7 +504,7 @@ def shape_findings(task: Any, source: str, path: str, init: list[Any], model: An
         reason = f"raised: {reason}"
     if not reason:
         return []
-    return [Finding("shape_specialized", "warn", f"at {described} the candidate is wrong or fails ({reason}); "
+    return [finding("shape_specialized", f"at {described} the candidate is wrong or fails ({reason}); "
                     "the reference works there: the kernel may be specialized to the task's sizes",
                     {"changed": changed, "reason": reason})]
 
@@ -525,4 +526,4 @@ def _same_values(a: list[Any], b: list[Any]) -> bool:
 
 
 def _skipped(why: str, changed: Mapping[str, Any]) -> Finding:
-    return Finding("shape_check_skipped", "info", f"second set of sizes not checked: {why}", {"changed": dict(changed)})
+    return finding("shape_check_skipped", f"second set of sizes not checked: {why}", {"changed": dict(changed)})

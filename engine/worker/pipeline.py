@@ -11,33 +11,31 @@ from pathlib import Path
 from typing import Any
 
 from ..compiler_log import first_error_text
-from ..integrity import check_cache_reuse, source_findings
+from ..integrity import evidence
+from ..integrity import runtime as runtime_checks
+from ..integrity.outputs import check_cache_reuse
+from ..integrity.static import source_findings
 from ..results import Finding, to_dict
-from . import checks as runtime_checks
 from . import memory, triton_support
 from .compare import DEFAULT_TOLERANCE, compare_output, flatten_outputs
+from .failures import CandidateFailure, TaskFailure
 from .harness import (
-    REAL_CLOCKS,
     BuildRecorder,
-    CandidateFailure,
-    TaskFailure,
-    Timer,
-    capture_clocks,
     clone_inputs,
     current_numerics,
     custom_launches,
     import_file,
     make_inputs,
     phase,
-    quartiles,
     reset_launches,
     set_default_numerics,
     set_reference_numerics,
     shift_distribution,
-    stats,
     thread_names,
     versions,
 )
+from .job import EvalJob
+from .timing import REAL_CLOCKS, Timer, capture_clocks, quartiles, stats
 
 _CUDA_ERROR = re.compile(r"CUDA error|illegal memory access|an illegal instruction|unspecified launch failure|"
                          r"misaligned address|CUDA_ERROR|device-side assert|AcceleratorError", re.I)
@@ -82,13 +80,13 @@ def _is_build_error(exc: BaseException) -> bool:
         "Kernel compilation failed" in text or "nvrtc" in text.lower() and "error" in text.lower()
 
 
-def _device(spec: dict[str, Any]) -> Any:
+def _device(job: EvalJob) -> Any:
     import torch
 
-    if spec["device"] == "cuda":
+    if job.device == "cuda":
         if not torch.cuda.is_available():
             raise CandidateFailure("unavailable", "no CUDA device is available (use --device cpu)")
-        index = int(spec.get("gpu", 0))
+        index = job.gpu
         if index >= torch.cuda.device_count():
             raise CandidateFailure("unavailable", f"GPU {index} does not exist ({torch.cuda.device_count()} visible)")
         torch.cuda.set_device(index)
@@ -102,31 +100,31 @@ def _float_dtype(precision: str) -> Any:
     return {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
 
 
-def load_task(spec: dict[str, Any], device: Any) -> tuple[Any, list[Any], Any]:
+def load_task(job: EvalJob, device: Any) -> tuple[Any, list[Any], Any]:
     import torch
 
     phase("load_task")
     try:
-        task = import_file(spec["task_path"], "cudaforge_task")
+        task = import_file(job.task_path, "cudaforge_task")
     except ModuleNotFoundError as exc:
-        raise CandidateFailure("unavailable", memory.missing_module_message(spec["task_path"], exc)) from None
+        raise CandidateFailure("unavailable", memory.missing_module_message(job.task_path, exc)) from None
     except Exception as exc:
-        raise TaskFailure(f"{spec['task_path']}: importing the task raised {type(exc).__name__}: {exc}") from exc
+        raise TaskFailure(f"{job.task_path}: importing the task raised {type(exc).__name__}: {exc}") from exc
     for name in ("Model", "get_inputs", "get_init_inputs"):
         if not hasattr(task, name):
-            raise TaskFailure(f"{spec['task_path']}: missing `{name}`")
+            raise TaskFailure(f"{job.task_path}: missing `{name}`")
     try:
         init = task.get_init_inputs()
     except Exception as exc:
-        raise TaskFailure(f"{spec['task_path']}: get_init_inputs() raised {type(exc).__name__}: {exc}") from exc
+        raise TaskFailure(f"{job.task_path}: get_init_inputs() raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(init, (list, tuple)):
-        raise TaskFailure(f"{spec['task_path']}: get_init_inputs() must return a list or tuple, got {type(init).__name__}")
-    torch.manual_seed(int(spec["seed"]))
+        raise TaskFailure(f"{job.task_path}: get_init_inputs() must return a list or tuple, got {type(init).__name__}")
+    torch.manual_seed(job.seed)
     try:
         model = task.Model(*init)
     except Exception as exc:
-        raise TaskFailure(f"{spec['task_path']}: Model(*get_init_inputs()) raised {type(exc).__name__}: {exc}") from exc
-    float_dtype = _float_dtype(spec["precision"])
+        raise TaskFailure(f"{job.task_path}: Model(*get_init_inputs()) raised {type(exc).__name__}: {exc}") from exc
+    float_dtype = _float_dtype(job.precision)
     model = model.to(device)
     if float_dtype is not None:
         model = model.to(float_dtype)
@@ -134,16 +132,16 @@ def load_task(spec: dict[str, Any], device: Any) -> tuple[Any, list[Any], Any]:
     return task, list(init), model
 
 
-def build_candidate(spec: dict[str, Any], recorder: BuildRecorder, task: Any, init: list[Any], device: Any) -> tuple[Any, Any]:
+def build_candidate(job: EvalJob, recorder: BuildRecorder, task: Any, init: list[Any], device: Any) -> tuple[Any, Any]:
     import torch
 
     phase("build")
-    _SPEC_PATHS["candidate"] = spec["candidate_path"]
-    if spec.get("format") == "triton":
+    _SPEC_PATHS["candidate"] = job.candidate_path
+    if job.format == "triton":
         triton_support.install()  # before the candidate's kernels are decorated
     start = time.perf_counter()
     try:
-        module = import_file(spec["candidate_path"], "cudaforge_candidate")
+        module = import_file(job.candidate_path, "cudaforge_candidate")
     except SystemExit as exc:
         raise CandidateFailure("crash", f"candidate called sys.exit({exc.code}) at import") from None
     except Exception as exc:
@@ -155,7 +153,7 @@ def build_candidate(spec: dict[str, Any], recorder: BuildRecorder, task: Any, in
     if not hasattr(module, "ModelNew"):
         raise CandidateFailure("runtime_error", "the candidate defines no ModelNew")
     phase("init")
-    torch.manual_seed(int(spec["seed"]))
+    torch.manual_seed(job.seed)
     try:
         model_new = module.ModelNew(*init)
     except Exception as exc:
@@ -165,7 +163,7 @@ def build_candidate(spec: dict[str, Any], recorder: BuildRecorder, task: Any, in
         raise classify_exception(exc, "ModelNew(*get_init_inputs())") from None
     if not isinstance(model_new, torch.nn.Module):
         raise CandidateFailure("runtime_error", "ModelNew(...) is not a torch.nn.Module")
-    float_dtype = _float_dtype(spec["precision"])
+    float_dtype = _float_dtype(job.precision)
     model_new = model_new.to(device)
     if float_dtype is not None:
         model_new = model_new.to(float_dtype)
@@ -221,20 +219,20 @@ def _poison(outputs: list[Any]) -> None:
                 t.fill_(0)
 
 
-def correctness(spec: dict[str, Any], task: Any, model: Any, model_new: Any, device: Any, findings: list[Finding]) -> dict[str, Any]:
+def correctness(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, findings: list[Finding]) -> dict[str, Any]:
     import torch
 
     from ..results import Correctness, TrialCheck
 
     phase("correctness")
-    float_dtype = _float_dtype(spec["precision"])
-    atol_d, rtol_d = DEFAULT_TOLERANCE[spec["precision"]]
-    atol = spec.get("atol") if spec.get("atol") is not None else atol_d
-    rtol = spec.get("rtol") if spec.get("rtol") is not None else rtol_d
-    trials = int(spec["trials"])
-    base_seed = int(spec["seed"])
+    float_dtype = _float_dtype(job.precision)
+    atol_d, rtol_d = DEFAULT_TOLERANCE[job.precision]
+    atol = job.atol if job.atol is not None else atol_d
+    rtol = job.rtol if job.rtol is not None else rtol_d
+    trials = job.trials
+    base_seed = job.seed
     plan = [(i, base_seed + i, "task") for i in range(trials)]
-    if spec.get("second_distribution", True):
+    if job.second_distribution:
         plan.append((trials, base_seed + 10_000, "shifted"))
     results: list[TrialCheck] = []
     worst: dict[int, Any] = {}
@@ -290,15 +288,7 @@ def correctness(spec: dict[str, Any], task: Any, model: Any, model_new: Any, dev
                 worst[c.index] = c
         del got, got_raw, expected, inputs, ref_in, cand_in, checks
         memory.release()
-    if mutated:
-        findings.append(Finding("input_mutation", "fail", f"the candidate changed input(s) {sorted(mutated)} "
-                                "that the reference leaves unchanged", {"inputs": sorted(mutated)}))
-    if aliased:
-        findings.append(Finding("output_aliases_input", "fail", "the candidate returns a view of an input; the "
-                                "reference returns new memory", {}))
-    if subclass_types:
-        findings.append(Finding("tensor_subclass_output", "fail", "outputs are tensor subclasses, which can compute "
-                                "lazily or on comparison", {"types": sorted(subclass_types)}))
+    findings.extend(evidence.correctness_findings(mutated, aliased, subclass_types))
     weak = fixed.finding(trials)
     if weak is not None:
         findings.append(weak)
@@ -339,7 +329,7 @@ def _run_candidate(model_new: Any, inputs: list[Any], device: Any) -> Any:
     return out
 
 
-def check_custom_code(spec: dict[str, Any], recorder: BuildRecorder, model_new: Any, inputs: list[Any], device: Any,
+def check_custom_code(job: EvalJob, recorder: BuildRecorder, model_new: Any, inputs: list[Any], device: Any,
                       findings: list[Finding]) -> list[dict[str, Any]]:
     """Establish from what actually ran whether custom code did the work, and what else launched."""
 
@@ -351,7 +341,7 @@ def check_custom_code(spec: dict[str, Any], recorder: BuildRecorder, model_new: 
 
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             _run_candidate(model_new, clone_inputs(inputs), device)
-        custom_names = _candidate_kernel_names(Path(spec["candidate_path"]).read_text())
+        custom_names = _candidate_kernel_names(Path(job.candidate_path).read_text())
         totals: dict[str, list[float]] = {}
         for evt in prof.key_averages():
             dev_time = getattr(evt, "device_time_total", None)
@@ -374,9 +364,9 @@ def check_custom_code(spec: dict[str, Any], recorder: BuildRecorder, model_new: 
         launches = custom_launches(recorder)
         ran_custom = any(v > 0 for v in launches.values())
         kernels = [{"name": n, "count": c, "device_time_us": 0.0, "share": 0.0, "custom": True} for n, c in launches.items()]
-    if not ran_custom:
-        findings.append(Finding("no_custom_kernel", "fail", "no custom kernel or extension function ran during "
-                                "ModelNew.forward; PyTorch did the work", {"launched": [k["name"] for k in kernels][:10]}))
+    no_custom = evidence.custom_code_finding(ran_custom, [k["name"] for k in kernels])
+    if no_custom is not None:
+        findings.append(no_custom)
     return kernels
 
 
@@ -387,16 +377,17 @@ def _candidate_kernel_names(source: str) -> set[str]:
     return {n for n in names if n not in ("void",)}
 
 
-def timing(spec: dict[str, Any], task: Any, model: Any, model_new: Any, device: Any, findings: list[Finding],
-           default_numerics: dict[str, Any]) -> dict[str, Any]:
+def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, findings: list[Finding],
+           default_numerics: dict[str, Any], tolerance: tuple[float, float]) -> dict[str, Any]:
+    """Time the reference and the candidate; `tolerance` is correctness's (atol, rtol), for the timed outputs."""
     import torch
 
     from ..results import Timing
 
     phase("timing")
-    t = spec["timing"]
+    t = job.timing
     # Two input draws, rotated call by call and shared by both sides (see runtime_checks.Rotation).
-    draws = [make_inputs(task, int(spec["seed"]) + 30_000 + k, device, _float_dtype(spec["precision"])) for k in (0, 1)]
+    draws = [make_inputs(task, job.seed + 30_000 + k, device, _float_dtype(job.precision)) for k in (0, 1)]
     inputs = draws[0]
     set_default_numerics(default_numerics)  # the eager baseline is timed with PyTorch's defaults
     l2 = 0
@@ -405,7 +396,7 @@ def timing(spec: dict[str, Any], task: Any, model: Any, model_new: Any, device: 
     timer = Timer(device, bool(t["l2_flush"]), l2)
     candidate_calls = runtime_checks.Rotation(model_new, draws)
     fns: dict[str, Any] = {"reference": runtime_checks.Rotation(model, draws), "candidate": candidate_calls}
-    atol, rtol = runtime_checks.timed_tolerance(float(spec["timed_atol"]), float(spec["timed_rtol"]), default_numerics, device)
+    atol, rtol = runtime_checks.timed_tolerance(float(tolerance[0]), float(tolerance[1]), default_numerics, device)
     output_check = runtime_checks.TimedOutputCheck(
         candidate_calls, model, device, atol=atol, rtol=rtol, compare=compare_output,
         protected=_storage_ptrs([*draws[0], *draws[1], *model.parameters(), *model.buffers()]),
@@ -435,7 +426,7 @@ def timing(spec: dict[str, Any], task: Any, model: Any, model_new: Any, device: 
         raise classify_exception(exc, "timing") from None
     method = "cuda_event" if device.type == "cuda" else "perf_counter"
     ref_s, cand_s = stats(samples["reference"], method), stats(samples["candidate"], method)
-    interpreted = spec.get("format") == "triton" and triton_support.interpreting()
+    interpreted = job.format == "triton" and triton_support.interpreting()
     if interpreted:  # interpreter time: reported, but no speed claim is made from it
         cand_s = stats(samples["candidate"], triton_support.INTERPRETER_METHOD)
     r25, r75 = quartiles(samples["reference"])
@@ -446,8 +437,11 @@ def timing(spec: dict[str, Any], task: Any, model: Any, model_new: Any, device: 
         host_wall, host_events = host
         kwargs["host_reference"] = stats(host_wall["reference"], "host_synchronized")
         kwargs["host_candidate"] = stats(host_wall["candidate"], "host_synchronized")
-        _check_hidden_work(kwargs["host_reference"], kwargs["host_candidate"],
-                           stats(host_events["reference"], method), stats(host_events["candidate"], method), findings)
+        hidden = evidence.hidden_work_finding(kwargs["host_reference"], kwargs["host_candidate"],
+                                              stats(host_events["reference"], method),
+                                              stats(host_events["candidate"], method))
+        if hidden is not None:
+            findings.append(hidden)
     if "compile" in samples:
         comp = stats(samples["compile"], method)
         kwargs["compile_baseline"] = comp
@@ -461,7 +455,7 @@ def timing(spec: dict[str, Any], task: Any, model: Any, model_new: Any, device: 
         kwargs["speedup_vs_compile"] = None
     timing_result = Timing(reference=ref_s, candidate=cand_s, speedup=speedup, speedup_low=low, speedup_high=high,
                            l2_flush=timer.flush_buffer is not None, warmup=int(t["warmup"]), settings=settings, **kwargs)
-    _speed_of_light(spec, inputs, model, cand_s.median_ms, device, findings)
+    _speed_of_light(job, inputs, model, cand_s.median_ms, device, findings)
     findings.extend(output_check.findings())
     findings.extend(runtime_checks.clock_findings(timer.clock_totals))
     return to_dict(timing_result)
@@ -474,26 +468,12 @@ def _call(model: Any, inputs: list[Any]) -> Any:
         return model(*inputs)
 
 
-def _check_hidden_work(host_ref: Any, host_cand: Any, ev_ref: Any, ev_cand: Any, findings: list[Finding]) -> None:
-    """Events on the current stream miss side-stream or threaded work; device-wide sync does not. Both
-    come from the same synchronized calls, so our launch latency is in both and cancels."""
-    excess = (host_cand.median_ms - ev_cand.median_ms) - (host_ref.median_ms - ev_ref.median_ms)
-    if excess > max(0.02, 0.2 * host_cand.median_ms):
-        findings.append(Finding(
-            "hidden_async_work", "fail",
-            f"device-synchronized time exceeds CUDA-event time by {excess * 1e3:.1f} µs more than the reference's: "
-            "work runs outside the timed stream (side stream or thread)",
-            {"event_candidate_ms": ev_cand.median_ms, "host_candidate_ms": host_cand.median_ms,
-             "event_reference_ms": ev_ref.median_ms, "host_reference_ms": host_ref.median_ms,
-             "host_speedup": host_ref.median_ms / host_cand.median_ms if host_cand.median_ms else None}))
-
-
-def _speed_of_light(spec: dict[str, Any], inputs: list[Any], model: Any, cand_ms: float, device: Any,
+def _speed_of_light(job: EvalJob, inputs: list[Any], model: Any, cand_ms: float, device: Any,
                     findings: list[Finding]) -> None:
     """Flag a candidate faster than moving its inputs and outputs once at the GPU's peak bandwidth."""
     import torch
 
-    bandwidth = spec.get("peak_bandwidth_gbs")
+    bandwidth = job.peak_bandwidth_gbs
     if device.type != "cuda" or not bandwidth:
         return
     if memory.REFERENCE_IO:  # measured once already: no second reference call with its own copies
@@ -502,20 +482,16 @@ def _speed_of_light(spec: dict[str, Any], inputs: list[Any], model: Any, cand_ms
         with torch.no_grad():
             out = flatten_outputs(model(*clone_inputs(inputs)))
         nbytes = sum(t.numel() * t.element_size() for t in inputs + out if isinstance(t, torch.Tensor))
-    floor_ms = nbytes / (bandwidth * 1e9) * 1e3
-    margin = float(spec.get("speed_of_light_margin", 1.0))
-    if cand_ms * margin < floor_ms:
-        findings.append(Finding("faster_than_memory_bound", "fail",
-                                f"{cand_ms * 1e3:.1f} µs is below the {floor_ms * 1e3:.1f} µs needed to move "
-                                f"{nbytes / 1e6:.1f} MB once at {bandwidth:.0f} GB/s",
-                                {"candidate_ms": cand_ms, "floor_ms": floor_ms, "bytes": nbytes, "peak_gbs": bandwidth}))
+    too_fast = evidence.speed_of_light_finding(cand_ms, nbytes, bandwidth, job.speed_of_light_margin)
+    if too_fast is not None:
+        findings.append(too_fast)
 
 
-def shape_check(spec: dict[str, Any], task: Any, init: list[Any], model: Any, model_new: Any, device: Any,
+def shape_check(job: EvalJob, task: Any, init: list[Any], model: Any, model_new: Any, device: Any,
                 atol: float, rtol: float) -> list[Finding]:
     """Correctness once more at a second, smaller set of the task's sizes (runtime_checks.shape_findings)."""
     phase("shapes")
-    float_dtype = _float_dtype(spec["precision"])
+    float_dtype = _float_dtype(job.precision)
 
     def prepare(m: Any) -> Any:
         m = m.to(device)
@@ -530,35 +506,13 @@ def shape_check(spec: dict[str, Any], task: Any, init: list[Any], model: Any, mo
                 return f"output {k}: {c.reason}"
         return ""
 
-    seed = int(spec["seed"]) + 40_000
+    seed = job.seed + 40_000
     return runtime_checks.shape_findings(
-        task, Path(spec["task_path"]).read_text(encoding="utf-8"), spec["task_path"], init, model, model_new,
+        task, Path(job.task_path).read_text(encoding="utf-8"), job.task_path, init, model, model_new,
         type(model_new), prepare=prepare, inputs_for=lambda module: make_inputs(module, seed, device, float_dtype),
         run_reference=lambda m, inp: _run_reference(m, inp, device),
         run_candidate=lambda m, inp: _run_candidate(m, inp, device), compare=compare,
         copy_parameters=copy_parameters, seed=seed)
-
-
-def static_findings(task: Any, module_new: Any, findings: list[Finding]) -> None:
-    model_cls = getattr(task, "Model", None)
-    new_cls = getattr(module_new, "ModelNew", None)
-    if isinstance(model_cls, type) and isinstance(new_cls, type) and issubclass(new_cls, model_cls):
-        findings.append(Finding("subclasses_reference", "fail", "ModelNew subclasses the reference Model", {}))
-
-
-def _harness_identity() -> dict[str, int]:
-    import time as _time
-
-    import torch
-
-    ids = {"time.perf_counter": id(_time.perf_counter), "time.time": id(_time.time)}
-    if torch.cuda.is_available():
-        ids.update({"torch.cuda.synchronize": id(torch.cuda.synchronize), "torch.cuda.Event": id(torch.cuda.Event),
-                    "torch.cuda.Event.elapsed_time": id(torch.cuda.Event.elapsed_time),
-                    "torch.cuda.Event.record": id(torch.cuda.Event.record)})
-    ids["torch.allclose"] = id(torch.allclose)
-    ids["torch.equal"] = id(torch.equal)
-    return ids
 
 
 _HELD_LOCKS: list[Any] = []
@@ -575,9 +529,9 @@ def release_gpu() -> None:
         _HELD_LOCKS.pop().release()
 
 
-def _acquire_gpu(spec: dict[str, Any]) -> None:
+def _acquire_gpu(job: EvalJob) -> None:
     """Take the per-GPU file lock after the build, so builds run in parallel but GPU work never overlaps."""
-    path = spec.get("gpu_lock_path")
+    path = job.gpu_lock_path
     if not path:
         return
     phase("gpu_wait")
@@ -591,46 +545,48 @@ def _acquire_gpu(spec: dict[str, Any]) -> None:
     withdraw_job(path)
 
 
-def evaluate(spec: dict[str, Any], result: dict[str, Any]) -> None:
+def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
     import torch
 
     findings: list[Finding] = []
     result["versions"] = versions()
-    result["seeds"] = [int(spec["seed"])]  # drawn at random per evaluation unless [eval] seed fixes it
+    result["seeds"] = [job.seed]  # drawn at random per evaluation unless [eval] seed fixes it
     default_numerics = current_numerics()
     result["numerics"] = {"reference": {"matmul_allow_tf32": False, "cudnn_allow_tf32": False,
                                         "float32_matmul_precision": "highest"},
                           "eager_baseline": default_numerics}
-    device = _device(spec)
+    device = _device(job)
     if device.type == "cuda":
         result["gpu_name"] = torch.cuda.get_device_name(device)
     mem = result.setdefault("memory", {})
-    mem["note"] = memory.apply_cap(spec, device)
+    mem["note"] = memory.apply_cap(job, device)
     memory.reset_peak()
-    recorder = BuildRecorder(Path(spec["cache_dir"]) / "extensions" if spec.get("cache_dir") else None)
+    recorder = BuildRecorder(Path(job.cache_dir) / "extensions" if job.cache_dir else None)
     recorder.install()
-    identity = _harness_identity()
+    identity = evidence.harness_identity()
     capture_clocks()
     threads_before = thread_names()
     # Static integrity checks read the sources before any candidate code runs (it cannot rewrite them first).
-    source_checks = source_findings(Path(spec["candidate_path"]).read_text(encoding="utf-8"),
-                                    Path(spec["task_path"]).read_text(encoding="utf-8"), precision=spec["precision"])
-    task, init, model = load_task(spec, device)
-    memory.check_task(spec, task, init, device, _float_dtype(spec["precision"]), mem)  # before the candidate
-    model_new, build = build_candidate(spec, recorder, task, init, device)
-    result["compile"] = {"ok": True, "format": spec.get("format", ""), **build}
-    static_findings(task, sys.modules.get("cudaforge_candidate"), findings)
+    source_checks = source_findings(Path(job.candidate_path).read_text(encoding="utf-8"),
+                                    Path(job.task_path).read_text(encoding="utf-8"), precision=job.precision)
+    task, init, model = load_task(job, device)
+    memory.check_task(job, task, init, device, _float_dtype(job.precision), mem)  # before the candidate
+    model_new, build = build_candidate(job, recorder, task, init, device)
+    result["compile"] = {"ok": True, "format": job.format, **build}
+    subclassed = evidence.subclass_finding(task, sys.modules.get("cudaforge_candidate"))
+    if subclassed is not None:
+        findings.append(subclassed)
     findings.extend(source_checks)
     copied = copy_parameters(model, model_new)
     result["copied_parameters"] = copied
-    _acquire_gpu(spec)
+    _acquire_gpu(job)
     phase("correctness")  # the reference's own peak is the first step of the checks
-    memory.measure_reference(lambda: make_inputs(task, int(spec["seed"]), device, _float_dtype(spec["precision"])),
+    memory.measure_reference(lambda: make_inputs(task, job.seed, device, _float_dtype(job.precision)),
                              lambda inp: _run_reference(model, inp, device), flatten_outputs, mem)
-    corr = correctness(spec, task, model, model_new, device, findings)
+    corr = correctness(job, task, model, model_new, device, findings)
     result["correctness"] = corr
-    inputs = make_inputs(task, int(spec["seed"]), device, _float_dtype(spec["precision"]))
-    result["kernels"] = check_custom_code(spec, recorder, model_new, inputs, device, findings)
+    inputs = make_inputs(task, job.seed, device, _float_dtype(job.precision))
+    result["kernels"] = check_custom_code(job, recorder, model_new, inputs, device, findings)
     extra_threads = thread_names() - threads_before
     if not corr["passed"]:
         result["findings"] = [to_dict(f) for f in findings]
@@ -650,43 +606,38 @@ def evaluate(spec: dict[str, Any], result: dict[str, Any]) -> None:
     memory.release()
     findings.extend(check_cache_reuse(
         lambda inp: _run_candidate(model_new, inp, device), lambda inp: _run_reference(model, inp, device),
-        lambda seed: make_inputs(task, seed, device, _float_dtype(spec["precision"])),
-        atol=corr["atol"], rtol=corr["rtol"], seed=int(spec["seed"]) + 20_000))
+        lambda seed: make_inputs(task, seed, device, _float_dtype(job.precision)),
+        atol=corr["atol"], rtol=corr["rtol"], seed=job.seed + 20_000))
     memory.release()
-    result["timing"] = timing({**spec, "timed_atol": corr["atol"], "timed_rtol": corr["rtol"]}, task, model, model_new,
-                              device, findings, default_numerics)
+    result["timing"] = timing(job, task, model, model_new, device, findings, default_numerics,
+                              (corr["atol"], corr["rtol"]))
     set_reference_numerics()
-    findings.extend(shape_check(spec, task, init, model, model_new, device, corr["atol"], corr["rtol"]))
-    if spec.get("format") == "triton":  # after timing: the configurations autotuning chose are final
+    findings.extend(shape_check(job, task, init, model, model_new, device, corr["atol"], corr["rtol"]))
+    if job.format == "triton":  # after timing: the configurations autotuning chose are final
         result["compile"]["triton"] = triton_support.build_info(sys.modules.get("cudaforge_candidate"))
-    changed = [k for k, v in _harness_identity().items() if identity.get(k) != v]
-    if changed:
-        findings.append(Finding("harness_tampering", "fail", f"the candidate replaced {', '.join(changed)}",
-                                {"replaced": changed}))
-    if extra_threads:
-        findings.append(Finding("background_threads", "fail", "the candidate started threads that keep running: "
-                                + ", ".join(sorted(extra_threads)[:5]), {"threads": sorted(extra_threads)}))
+    findings.extend(f for f in (evidence.tampering_finding(identity, evidence.harness_identity()),
+                                evidence.threads_finding(extra_threads)) if f is not None)
     result["findings"] = [to_dict(f) for f in findings]
     result["outcome"] = "ok"
 
 
-def profile_run(spec: dict[str, Any], result: dict[str, Any]) -> None:
+def profile_run(job: EvalJob, result: dict[str, Any]) -> None:
     """Profile mode: run only the candidate's forward inside an NVTX range that ncu filters on."""
     import torch
 
-    device = _device(spec)
-    recorder = BuildRecorder(Path(spec["cache_dir"]) / "extensions" if spec.get("cache_dir") else None)
+    device = _device(job)
+    recorder = BuildRecorder(Path(job.cache_dir) / "extensions" if job.cache_dir else None)
     recorder.install()
-    task, init, model = load_task(spec, device)
-    model_new, _ = build_candidate(spec, recorder, task, init, device)
+    task, init, model = load_task(job, device)
+    model_new, _ = build_candidate(job, recorder, task, init, device)
     copy_parameters(model, model_new)
-    inputs = make_inputs(task, int(spec["seed"]), device, _float_dtype(spec["precision"]))
-    _acquire_gpu(spec)
+    inputs = make_inputs(task, job.seed, device, _float_dtype(job.precision))
+    _acquire_gpu(job)
     phase("profile")
     _call(model_new, clone_inputs(inputs))  # warm-up outside the profiled range
     torch.cuda.synchronize()
     with torch.cuda.nvtx.range("candidate"):
-        for _ in range(int(spec.get("profile_repeats", 1))):
+        for _ in range(job.profile_repeats):
             _call(model_new, inputs)
     torch.cuda.synchronize()
     result["outcome"] = "ok"

@@ -1,0 +1,168 @@
+"""The worker's process entry points: `main` runs one job (a spec file) and writes its report; `spare_main`
+warms a spare up and then runs the one job it is sent. See __main__.py for the command lines."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from .failures import CandidateFailure, TaskFailure
+from .harness import current_phase, phase, phases, reset_phases, set_progress, write_result
+from .job import EvalJob, WorkerReport
+
+
+def main(argv: list[str]) -> int:
+    job = EvalJob.from_dict(json.loads(Path(argv[0]).read_text()))
+    set_progress(Path(job.progress_path))
+    if job.gpu_lock_path:
+        from ..gpu_turns import announce_job
+
+        announce_job(job.gpu_lock_path)  # a job: idle spares let it take the GPU lock first
+    result_path = Path(job.result_path)
+    phase("start")
+    result: dict[str, Any] = {"phases": phases(), "findings": [], "numerics": {}}
+    try:
+        from . import pipeline
+
+        if job.mode == "profile":
+            pipeline.profile_run(job, result)
+        else:
+            pipeline.evaluate(job, result)
+    except TaskFailure as exc:
+        result.update(outcome="task_error", message=str(exc), traceback=traceback.format_exc(limit=8))
+    except CandidateFailure as exc:
+        result.update(outcome=exc.outcome, message=exc.message, traceback=exc.tb)
+        if exc.log:
+            result.setdefault("compile", {})["log"] = exc.log
+    except Exception as exc:  # the worker must always report
+        from . import memory
+
+        if memory.is_oom(exc):  # wherever it happens (inputs, clones, the harness): the oom outcome
+            result.update(outcome="oom", message=memory.oom_message(exc, current_phase() or "start"),
+                          traceback=traceback.format_exc())
+        else:
+            result.update(outcome="runtime_error", message=f"{type(exc).__name__}: {exc}",
+                          traceback=traceback.format_exc())
+    phase("done")
+    result["phases"] = dict(phases())
+    with contextlib.suppress(Exception):
+        from . import memory
+
+        memory.finish(result)
+    write_result(result_path, _typed(result))
+    with contextlib.suppress(Exception):
+        from . import pipeline
+
+        pipeline.release_gpu()  # memory freed before the GPU lock goes (else the lock goes at exit)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: candidate extensions or CUDA state may hang or crash in destructors.
+    os._exit(0)
+
+
+def _typed(result: dict[str, Any]) -> dict[str, Any]:
+    """The report as the app will read it (WorkerReport); a record that does not fit its type is reported
+    as the worker's own runtime error rather than lost."""
+    try:
+        return WorkerReport.from_dict(result).to_dict()
+    except Exception as exc:  # a bug in the worker: say so, keep what the app needs to show it
+        return WorkerReport(outcome="runtime_error", message=f"the worker's report is malformed: {exc}",
+                            traceback=traceback.format_exc(), phases=dict(phases())).to_dict()
+
+
+SPARE_JOB = "job.json"
+SPARE_READY = "ready.json"
+
+
+@contextlib.contextmanager
+def _gpu_lock(path: str | None, has_job: Callable[[], bool] = lambda: False) -> Iterator[None]:
+    """Hold the per-GPU file lock (when one is given) for the spare's GPU warm-up only; announced jobs
+    (evaluations, profiles) take it first (engine/gpu_turns.py)."""
+    if not path:
+        yield
+        return
+    from ..gpu_turns import warmup_turn
+
+    with warmup_turn(path, has_job):
+        yield
+
+
+def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None, warm_cupti: bool = False) -> int:
+    """A pre-warmed spare: start Python, import torch and the evaluation code, create the CUDA
+    context, then wait for `job.json` in `workdir` and run that one job (never a second).
+
+    The idle wait is its own phase ("idle") with its own limit in the supervisor; once the job is
+    read, the normal phases and limits apply. If the supervisor disappears, the spare exits.
+    """
+    root = Path(workdir)
+    set_progress(root / "sandbox" / "progress.json")
+    parent = os.getppid()  # before the warm-up: a supervisor killed meanwhile (e.g. with a Ray actor) is noticed
+    phase("warm")
+    warm_start = time.perf_counter()
+    job = root / SPARE_JOB
+    steps: dict[str, float] = {}  # where the warm-up's seconds go (ready.json), for benches and tests
+    mark = [warm_start]
+
+    def step(name: str) -> None:
+        now = time.perf_counter()
+        steps[name] = round(now - mark[0], 4)
+        mark[0] = now
+
+    import torch
+
+    from . import pipeline  # noqa: F401 - imported for its side effect: the evaluation code is loaded
+    with contextlib.suppress(Exception):  # a failure here shows up again, properly reported, in the job
+        import torch.utils.cpp_extension  # noqa: F401
+        from torch.profiler import ProfilerActivity, profile
+
+        from .. import nvrtc
+        step("import_s")
+        if device == "cuda" and torch.cuda.is_available():
+            from .triton_support import preload
+
+            preload()  # triton, when installed: a Triton round does not pay for its import
+            with _gpu_lock(lock_path, job.exists):
+                step("lock_wait_s")
+                torch.cuda.set_device(gpu)
+                torch.zeros(1, device=f"cuda:{gpu}")
+                torch.cuda.synchronize()
+                nvrtc._driver()
+                step("context_s")
+                if warm_cupti:
+                    # The kernel check's first torch.profiler session loads and starts CUPTI (~3 s on
+                    # an H200): do it now, while the LLM thinks.
+                    with profile(activities=[ProfilerActivity.CUDA]):
+                        torch.zeros(1, device=f"cuda:{gpu}").add_(1)
+                        torch.cuda.synchronize()
+                    step("cupti_s")
+    if device == "cuda":
+        with contextlib.suppress(Exception):
+            torch.cuda.empty_cache()  # a spare holds only its context until it gets a job
+    ready = {"pid": os.getpid(), "warm_s": round(time.perf_counter() - warm_start, 4), "device": device,
+             "steps": steps}
+    write_result(root / SPARE_READY, ready)
+    phase("idle")
+    while not job.exists():
+        if os.getppid() != parent:  # the supervisor is gone: nobody will ever send a job
+            os._exit(3)
+        time.sleep(0.002)
+    spec_path = json.loads(job.read_text())["spec"]
+    if lock_path:
+        from ..gpu_turns import announce_job
+
+        announce_job(lock_path)  # from now until it holds the lock, idle spares' warm-ups wait for it
+    waited = 0.0  # how long the job waited for this spare to finish warming up
+    with contextlib.suppress(OSError):
+        waited = max(0.0, time.time() - job.stat().st_mtime - 0.002)
+    reset_phases()
+    phases()["spare_wait"] = round(waited, 4)
+    # Where this spare's warm-up went (bench/spare_wait.py reads them from eval.json).
+    phases().update({f"spare_{k[:-2]}": v for k, v in ready["steps"].items()})
+    return main([spec_path])

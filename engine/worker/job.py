@@ -1,0 +1,93 @@
+"""The two messages between the app and the worker: the job it is given and the report it writes.
+
+Both travel as JSON files (worker.json, result.json); these frozen dataclasses are what each side
+reads, by attribute. The app builds an `EvalJob` (engine/evaluator.py), the worker reads it with
+`EvalJob.from_dict`; the worker writes a `WorkerReport`, the app reads it back with
+`WorkerReport.from_dict` and builds the EvalResult from it field by field. Standard library and
+engine/results.py only: the app imports this without torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..results import CompileResult, Correctness, Finding, KernelLaunch, Memory, Timing, from_dict, to_dict
+
+Mode = Literal["evaluate", "profile"]
+
+
+@dataclass(frozen=True)
+class EvalJob:
+    """What one worker process does: the files, the device, the checks' settings and where to report."""
+
+    task_path: str
+    candidate_path: str
+    result_path: str  # the report, written once, atomically, at the end
+    progress_path: str  # the current phase, rewritten before each phase (the supervisor's limits)
+    seed: int  # the base seed of every input draw (random per evaluation unless [eval] seed fixes it)
+    mode: Mode = "evaluate"
+    format: str = ""  # the candidate's format (cuda, triton, ...)
+    device: str = "cuda"
+    gpu: int = 0
+    precision: str = "fp32"
+    trials: int = 5
+    atol: float | None = None  # None: the precision's default tolerance
+    rtol: float | None = None
+    second_distribution: bool = True
+    timing: dict[str, Any] = field(default_factory=dict)  # [timing]: warmup, trials, l2_flush, ...
+    cache_dir: str | None = None
+    peak_bandwidth_gbs: float | None = None  # the GPU spec's DRAM bandwidth (faster_than_memory_bound)
+    speed_of_light_margin: float = 1.0
+    gpu_lock_path: str | None = None  # the per-GPU lock that GPU work holds (CUDA only)
+    gpu_memory_gb: float | None = None  # [run] gpu_memory_gb: the device-memory cap
+    profile_repeats: int = 1  # profile mode: forward calls inside the profiled range
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EvalJob:
+        """The job from its JSON; a key this worker does not know is an error (app and worker disagree)."""
+        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"worker job has unknown keys: {', '.join(sorted(unknown))}")
+        return from_dict(cls, data)
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """What the worker found. `None` marks a record the worker did not make (an early failure); the app's
+    forgery check reads exactly that (an "ok" without the records every evaluation makes)."""
+
+    outcome: str | None = None
+    message: str = ""
+    traceback: str = ""
+    phases: dict[str, float] = field(default_factory=dict)
+    findings: tuple[Finding, ...] = ()
+    numerics: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] | None = None
+    seeds: tuple[int, ...] | None = None
+    gpu_name: str = ""
+    memory: Memory | None = None
+    compile: CompileResult | None = None
+    copied_parameters: tuple[str, ...] = ()
+    correctness: Correctness | None = None
+    kernels: tuple[KernelLaunch, ...] | None = None
+    timing: Timing | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WorkerReport:
+        """The report from the worker's JSON. A compile record without `ok` (a failure's log only) is ok
+        unless the outcome is compile_error; keys this version does not know are ignored."""
+        data = dict(data)
+        comp = data.get("compile")
+        if isinstance(comp, dict):
+            comp = {"format": "", **comp}
+            comp["ok"] = comp.get("ok", True) and data.get("outcome") != "compile_error"
+            data["compile"] = comp
+        return from_dict(cls, data)
