@@ -13,13 +13,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from .candidate import Candidate
-    from .config import Config
-    from .evaluator import Evaluator
-    from .profiler import Profiler
-    from .profiling import ProfileResult
-    from .results import EvalResult
-    from .task import Task
+    from cudaforge.engine.candidate import Candidate
+    from cudaforge.engine.config import Config
+    from cudaforge.engine.evaluator import Evaluator
+    from cudaforge.engine.profiler import Profiler
+    from cudaforge.engine.profiling import ProfileResult
+    from cudaforge.engine.results import EvalResult
+    from cudaforge.engine.task import Task
 
 
 class EvalBackend(Protocol):
@@ -56,7 +56,7 @@ def device_gpu_profile(config: Config, gpu: int | None = None) -> Any:
     if config.get("eval", "device") != "cuda":
         return None
     try:
-        from .gpus import profile_for_device
+        from cudaforge.engine.gpus import profile_for_device
 
         return profile_for_device(config.get("eval", "gpu") if gpu is None else gpu)
     except Exception:
@@ -65,14 +65,14 @@ def device_gpu_profile(config: Config, gpu: int | None = None) -> Any:
 
 def local_parts(config: Config, gpu_profile: Any) -> tuple[Evaluator, Profiler | None]:
     """The evaluator (result cache on) and, on CUDA with ncu enabled, the profiler of this host."""
-    from .evaluator import EvalOptions, Evaluator
+    from cudaforge.engine.evaluator import EvalOptions, Evaluator
 
     peak = getattr(gpu_profile, "dram_bandwidth_gbs", None) if gpu_profile is not None else None
     evaluator = Evaluator(EvalOptions.from_config(config, peak_bandwidth_gbs=peak, result_cache=True))
     profiler = None
     ncu = ncu_settings(config)
     if ncu is not None:
-        from .profiler import Profiler
+        from cudaforge.engine.profiler import Profiler
 
         profiler = Profiler(evaluator, ncu, chip=getattr(gpu_profile, "chip", "") or "")
     return evaluator, profiler
@@ -82,7 +82,7 @@ def ncu_settings(config: Config) -> Any:
     """The `[ncu]` settings when candidates are profiled (CUDA device, ncu enabled), else None."""
     if config.get("eval", "device") != "cuda":
         return None
-    from .profiling import NcuSettings
+    from cudaforge.engine.profiling import NcuSettings
 
     table = dict(config.section("ncu"))
     ncu = NcuSettings.from_table(table, source="config") if table else NcuSettings()

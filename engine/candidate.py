@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from .errors import CandidateError, TaskError
-from .task import _defined_names, parse_python
+from cudaforge.engine.errors import CandidateError, TaskError
+from cudaforge.engine.task import _defined_names, parse_python
 
 CandidateFormat = Literal["nvrtc", "inline", "cpu", "triton", "python"]
 FORMATS: tuple[str, ...] = ("nvrtc", "inline", "cpu", "triton", "python")

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .candidate import load_candidate
-from .config import load_config
-from .errors import (
+from cudaforge.engine import __version__
+from cudaforge.engine.candidate import load_candidate
+from cudaforge.engine.config import load_config
+from cudaforge.engine.errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
     EXIT_NOT_ACCEPTED,
@@ -22,8 +22,8 @@ from .errors import (
     CudaforgeError,
     UsageError,
 )
-from .results import EvalResult
-from .task import load_task
+from cudaforge.engine.results import EvalResult
+from cudaforge.engine.task import load_task
 
 
 def exit_code_for(result: EvalResult) -> int:
@@ -155,8 +155,8 @@ def _eprint(*a: Any) -> None:
 
 
 async def _cmd_eval(args: argparse.Namespace) -> int:
-    from .evaluator import EvalOptions, Evaluator
-    from .result_text import format_result
+    from cudaforge.engine.evaluator import EvalOptions, Evaluator
+    from cudaforge.engine.result_text import format_result
 
     config = load_config(args.config, _overrides(args))
     task = load_task(args.task)
@@ -178,7 +178,7 @@ def _peak_bandwidth(config: Any) -> float | None:
     if config.get("eval", "device") != "cuda":
         return None
     try:
-        from .gpus import profile_for_device
+        from cudaforge.engine.gpus import profile_for_device
 
         profile = profile_for_device(config.get("eval", "gpu"))
         return getattr(profile, "dram_bandwidth_gbs", None) if profile else None
@@ -187,7 +187,7 @@ def _peak_bandwidth(config: Any) -> float | None:
 
 
 def _ncu_settings(config: Any) -> Any:
-    from .profiling import NcuSettings
+    from cudaforge.engine.profiling import NcuSettings
 
     table = dict(config.section("ncu"))
     return NcuSettings.from_table(table, source=str(config.files[-1]) if config.files else "config") if table \
@@ -195,12 +195,12 @@ def _ncu_settings(config: Any) -> Any:
 
 
 async def _cmd_profile(args: argparse.Namespace) -> int:
-    from .errors import ToolUnavailable
-    from .evaluator import EvalOptions, Evaluator
-    from .gpus import profile_for_device
-    from .profiler import Profiler
-    from .profiling.analysis import analyze
-    from .profiling.render import format_profile
+    from cudaforge.engine.errors import ToolUnavailable
+    from cudaforge.engine.evaluator import EvalOptions, Evaluator
+    from cudaforge.engine.gpus import profile_for_device
+    from cudaforge.engine.profiler import Profiler
+    from cudaforge.engine.profiling.analysis import analyze
+    from cudaforge.engine.profiling.render import format_profile
 
     config = load_config(args.config, _overrides(args))
     if config.get("eval", "device") != "cuda":
@@ -225,7 +225,7 @@ async def _cmd_profile(args: argparse.Namespace) -> int:
 
 
 async def _cmd_doctor(args: argparse.Namespace) -> int:
-    from .doctor import doctor_exit_code, format_checks, run_doctor
+    from cudaforge.engine.doctor import doctor_exit_code, format_checks, run_doctor
 
     config = load_config(args.config, _overrides(args))
     endpoints = []
@@ -233,7 +233,7 @@ async def _cmd_doctor(args: argparse.Namespace) -> int:
         table = dict(config.section(role))
         if not table or table.get("provider") == "heuristic":
             continue
-        from .llm import LLMSettings
+        from cudaforge.engine.llm import LLMSettings
 
         s = LLMSettings.from_table(table, section=role, source="config")
         endpoints.append((role, s.resolved_base_url, s.resolved_key_env, s.provider))
@@ -260,7 +260,7 @@ def _session_exit(best_round: int | None, reason: str) -> int:
 
 
 async def _cmd_run(args: argparse.Namespace) -> int:
-    from .session.batch import find_tasks
+    from cudaforge.engine.session.batch import find_tasks
 
     config = load_config(args.config, _overrides(args))
     tasks = find_tasks(args.targets)
@@ -271,8 +271,8 @@ async def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _driver_for(mode: str) -> Any:
-    from .session.console import TerminalDriver
-    from .session.decisions import AutoApprove
+    from cudaforge.engine.session.console import TerminalDriver
+    from cudaforge.engine.session.decisions import AutoApprove
 
     if mode == "auto":
         return AutoApprove()
@@ -283,12 +283,12 @@ def _driver_for(mode: str) -> Any:
 
 
 async def _drive(session: Any, args: argparse.Namespace) -> int:
-    from .session.run_report import format_rounds
+    from cudaforge.engine.session.run_report import format_rounds
 
     stopped = await session.run()
     rounds_table = format_rounds(session.store)
     if args.json:
-        from .session.store import RunStore
+        from cudaforge.engine.session.store import RunStore
 
         store = RunStore(session.store.path, read_only=True)
         print(json.dumps({"run_dir": str(store.path), "stop_reason": stopped.reason, "message": stopped.message,
@@ -303,8 +303,8 @@ async def _drive(session: Any, args: argparse.Namespace) -> int:
 
 
 async def _run_single(args: argparse.Namespace, config: Any, task_path: Path) -> int:
-    from .session.console import ProgressDisplay
-    from .session.factory import create_session
+    from cudaforge.engine.session.console import ProgressDisplay
+    from cudaforge.engine.session.factory import create_session
 
     mode = config.get("session", "mode")
     session = create_session(task_path, config, driver=_driver_for(mode) if mode != "auto" else None,
@@ -313,16 +313,16 @@ async def _run_single(args: argparse.Namespace, config: Any, task_path: Path) ->
 
 
 async def _run_batch(args: argparse.Namespace, config: Any, tasks: list[Path]) -> int:
-    from .session.batch import Batch, estimate_cost
+    from cudaforge.engine.session.batch import Batch, estimate_cost
 
     if config.get("session", "mode") != "auto":
         _eprint("cudaforge: a batch runs in auto mode (no questions asked)")
-    from .session.factory import llm_configured
+    from cudaforge.engine.session.factory import llm_configured
 
     if not llm_configured(config, "coder"):
         raise UsageError("a batch needs a Coder LLM: set [coder] provider and model in cudaforge.toml")
     if config.get("batch", "backend") == "ray":
-        from .session.ray_backend import require_ray
+        from cudaforge.engine.session.ray_backend import require_ray
 
         require_ray()  # before the batch folder is made
     _, text = estimate_cost(config, len(tasks))
@@ -333,8 +333,8 @@ async def _run_batch(args: argparse.Namespace, config: Any, tasks: list[Path]) -
 
 
 async def _finish_batch(args: argparse.Namespace, batch: Any, overrides: dict[str, Any]) -> int:
-    from .session.batch import format_summary, run_batch
-    from .session.console import ProgressDisplay
+    from cudaforge.engine.session.batch import format_summary, run_batch
+    from cudaforge.engine.session.console import ProgressDisplay
 
     displays: dict[str, ProgressDisplay] = {}
 
@@ -358,10 +358,10 @@ async def _finish_batch(args: argparse.Namespace, batch: Any, overrides: dict[st
 
 
 async def _cmd_resume(args: argparse.Namespace) -> int:
-    from .session.batch import Batch
-    from .session.console import ProgressDisplay
-    from .session.factory import resume_session
-    from .session.store import RunStore
+    from cudaforge.engine.session.batch import Batch
+    from cudaforge.engine.session.console import ProgressDisplay
+    from cudaforge.engine.session.factory import resume_session
+    from cudaforge.engine.session.store import RunStore
 
     # Flags given now override the run's stored config; everything else stays as the run started.
     overrides = {k: v for k, v in _overrides(args).items() if v is not None}
@@ -377,7 +377,7 @@ async def _cmd_resume(args: argparse.Namespace) -> int:
 
 
 async def _cmd_export(args: argparse.Namespace) -> int:
-    from .session.run_report import export_best
+    from cudaforge.engine.session.run_report import export_best
 
     out, report = await asyncio.to_thread(export_best, args.run_dir, args.out, format=args.format,
                                           report=args.report, round=args.round)
@@ -386,8 +386,8 @@ async def _cmd_export(args: argparse.Namespace) -> int:
 
 
 async def _cmd_runs(args: argparse.Namespace) -> int:
-    from .evaluator import default_cache_dir
-    from .session.store import list_runs, prune_cache, prune_runs
+    from cudaforge.engine.evaluator import default_cache_dir
+    from cudaforge.engine.session.store import list_runs, prune_cache, prune_runs
 
     config = load_config(args.config, {"run.folder": args.runs})
     root = Path(config.get("run", "folder"))

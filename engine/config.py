@@ -15,8 +15,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from .errors import ConfigError
-from .integrity.registry import POLICIES, unknown_names
+from cudaforge.engine.errors import ConfigError
+from cudaforge.engine.integrity.registry import POLICIES, unknown_names
 
 CONFIG_NAME = "cudaforge.toml"
 
@@ -227,11 +227,11 @@ def _validate_delegated(data: dict[str, dict[str, Any]], sources: Mapping[str, s
         source = next((sources[f"{section}.{k}"] for k in table if f"{section}.{k}" in sources), "config")
         try:
             if section in ("coder", "judge"):
-                from .llm import LLMSettings
+                from cudaforge.engine.llm import LLMSettings
 
                 LLMSettings.from_table(dict(table), section=section, source=source)
             else:
-                from .profiling.settings import NcuSettings
+                from cudaforge.engine.profiling.settings import NcuSettings
 
                 NcuSettings.from_table(dict(table), source=source)
         except ImportError:
@@ -303,6 +303,6 @@ def save_value(path: Path, section: str, key: str, value: Any) -> None:
         doc[section].pop(key, None)  # type: ignore[union-attr]
     else:
         doc[section][key] = value  # type: ignore[index]
-    from .fsutil import atomic_write_text
+    from cudaforge.engine.fsutil import atomic_write_text
 
     atomic_write_text(path, tomlkit.dumps(doc))

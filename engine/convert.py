@@ -24,8 +24,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import nvrtc
-from .errors import CudaforgeError
+from cudaforge.engine import nvrtc
+from cudaforge.engine.errors import CudaforgeError
 
 _HELPER_MODULES = ("cudaforge.engine.nvrtc",)
 

@@ -16,16 +16,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import result_cache
-from .candidate import Candidate
-from .config import Config
-from .gpu_lock import foreign_gpu_processes, gpu_lock_path
-from .integrity.registry import apply_policy, finding
-from .results import NO_SPEED_CLAIM, EvalResult, Finding, WorkerExit
-from .sandbox import ProcessOutcome, live_sandbox_pids, run_sandboxed, tail, wait_sandboxed
-from .spare import DEFAULT_IDLE_S, Spare, start_spare
-from .task import Task
-from .worker.job import EvalJob, Mode, WorkerReport
+from cudaforge.engine import result_cache
+from cudaforge.engine.candidate import Candidate
+from cudaforge.engine.config import Config
+from cudaforge.engine.gpu_lock import foreign_gpu_processes, gpu_lock_path
+from cudaforge.engine.integrity.registry import apply_policy, finding
+from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult, Finding, WorkerExit
+from cudaforge.engine.sandbox import ProcessOutcome, live_sandbox_pids, run_sandboxed, tail, wait_sandboxed
+from cudaforge.engine.spare import DEFAULT_IDLE_S, Spare, start_spare
+from cudaforge.engine.task import Task
+from cudaforge.engine.worker.job import EvalJob, Mode, WorkerReport
 
 PHASE_GROUPS = {
     "gpu_wait_s": ("gpu_wait",),
@@ -351,7 +351,7 @@ class Evaluator:
         else:
             result = self._failure_without_result(base, outcome, worker_exit, stderr_tail)
         # Static checks again here, on the source the app holds: code in the worker could forge its result file.
-        from .integrity.static import source_findings
+        from cudaforge.engine.integrity.static import source_findings
 
         have = {f.name for f in result.findings}
         static = tuple(f for f in source_findings(candidate.source, task.source, precision=self.options.precision)

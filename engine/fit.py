@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .worker.memory import GIB, fit_message, fits, needed_bytes, task_name
+from cudaforge.engine.worker.memory import GIB, fit_message, fits, needed_bytes, task_name
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class FitCheck:
 
 def card_free_bytes(gpu: int) -> int | None:
     """Free memory of CUDA device `gpu` from nvidia-smi (None when nvidia-smi is missing or fails)."""
-    from .gpus import _smi_device_selector
+    from cudaforge.engine.gpus import _smi_device_selector
 
     smi = shutil.which("nvidia-smi")
     if smi is None:

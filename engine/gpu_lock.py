@@ -43,7 +43,7 @@ def parse_compute_apps(text: str) -> list[dict[str, object]]:
 def is_cudaforge_process(pid: int) -> bool:
     """Whether `pid` is one of this user's cudaforge workers or spares: every sandboxed process carries
     the sandbox marker variable (sandbox.MARKER_VAR) in its environment, which only its own user can read."""
-    from .sandbox import MARKER_VAR
+    from cudaforge.engine.sandbox import MARKER_VAR
 
     try:
         environ = Path(f"/proc/{pid}/environ").read_bytes()

@@ -16,14 +16,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from . import result_cache
-from .candidate import Candidate
-from .evaluator import Evaluator
-from .profiling import NcuSettings, ProfileResult, interpret_output, prepare_profile
-from .profiling.runner import PreparedProfile, resolve_ncu
-from .sandbox import run_sandboxed, wait_sandboxed
-from .spare import Spare, start_spare
-from .task import Task
+from cudaforge.engine import result_cache
+from cudaforge.engine.candidate import Candidate
+from cudaforge.engine.evaluator import Evaluator
+from cudaforge.engine.profiling import NcuSettings, ProfileResult, interpret_output, prepare_profile
+from cudaforge.engine.profiling.runner import PreparedProfile, resolve_ncu
+from cudaforge.engine.sandbox import run_sandboxed, wait_sandboxed
+from cudaforge.engine.spare import Spare, start_spare
+from cudaforge.engine.task import Task
 
 
 class Profiler:

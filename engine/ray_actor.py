@@ -22,14 +22,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .backend import device_gpu_profile, local_parts
-from .candidate import Candidate
-from .config import Config, config_from_data
-from .evaluator import default_cache_dir
-from .fsutil import atomic_write_text
-from .gpu_lock import gpu_lock_dir
-from .task import Task
+from cudaforge.engine import __version__
+from cudaforge.engine.backend import device_gpu_profile, local_parts
+from cudaforge.engine.candidate import Candidate
+from cudaforge.engine.config import Config, config_from_data
+from cudaforge.engine.evaluator import default_cache_dir
+from cudaforge.engine.fsutil import atomic_write_text
+from cudaforge.engine.gpu_lock import gpu_lock_dir
+from cudaforge.engine.task import Task
 
 
 class EvalActor:

@@ -35,8 +35,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .fsutil import atomic_write_json
-from .results import EvalResult
+from cudaforge.engine.fsutil import atomic_write_json
+from cudaforge.engine.results import EvalResult
 
 CACHEABLE_OUTCOMES = frozenset({"ok", "compile_error", "wrong_result"})
 KEY_VERSION = 1

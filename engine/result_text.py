@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .results import NO_SPEED_CLAIM, EvalResult, Memory, TimingStats
+from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult, Memory, TimingStats
 
 TICK, CROSS = "PASS", "FAIL"
 

@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .fsutil import atomic_write_json
-from .gpu_lock import gpu_lock_path
-from .sandbox import SandboxHandle, kill_sandboxed, start_sandboxed
+from cudaforge.engine.fsutil import atomic_write_json
+from cudaforge.engine.gpu_lock import gpu_lock_path
+from cudaforge.engine.sandbox import SandboxHandle, kill_sandboxed, start_sandboxed
 
 DEFAULT_IDLE_S = 3600.0
 _LIVE: dict[int, Spare] = {}

@@ -12,7 +12,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import TaskError
+from cudaforge.engine.errors import TaskError
 
 REQUIRED_FUNCTIONS = ("get_inputs", "get_init_inputs")
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..results import Finding
-from .registry import finding
+from cudaforge.engine.integrity.registry import finding
+from cudaforge.engine.results import Finding
 
 
 def correctness_findings(mutated: Iterable[int], aliased: bool, subclass_types: Iterable[str]) -> list[Finding]:

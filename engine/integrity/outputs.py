@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..results import Finding, Severity
-from .registry import finding
+from cudaforge.engine.integrity.registry import finding
+from cudaforge.engine.results import Finding, Severity
 
 SPARSE_ROUNDS = 3  # sparse same-memory probes of check_cache_reuse, each with its own random mask
 
@@ -153,8 +153,7 @@ def check_cache_reuse(
     Exceptions raised by the callables propagate (the worker classifies them).
     """
     import torch
-
-    from ..worker.memory import fingerprint
+    from cudaforge.engine.worker.memory import fingerprint
 
     def clone(values: list[Any]) -> list[Any]:
         return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..results import Finding, Severity
+from cudaforge.engine.results import Finding, Severity
 
 
 @dataclass(frozen=True)

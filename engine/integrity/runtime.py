@@ -27,9 +27,9 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..results import Finding
-from ..worker.harness import EXT_RANGE, custom_launches
-from .registry import finding
+from cudaforge.engine.integrity.registry import finding
+from cudaforge.engine.results import Finding
+from cudaforge.engine.worker.harness import EXT_RANGE, custom_launches
 
 # ------------------------------------------------------------------ pytorch_fallback
 

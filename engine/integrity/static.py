@@ -16,8 +16,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ..results import Finding
-from .registry import REGISTRY, finding
+from cudaforge.engine.integrity.registry import REGISTRY, finding
+from cudaforge.engine.results import Finding
 
 _MAX_LOCATIONS = 10
 

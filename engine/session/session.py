@@ -236,7 +236,7 @@ class Session:
         options = getattr(self.evaluator, "options", None)
         if options is None or getattr(options, "device", "cpu") != "cuda":
             return ""
-        from ..fit import check_task_fit
+        from cudaforge.engine.fit import check_task_fit
 
         try:
             fit = await check_task_fit(self.task.path, options)

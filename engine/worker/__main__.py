@@ -5,7 +5,7 @@ start CUPTI, for spares that ncu does not wrap)."""
 
 import sys
 
-from .entry import main, spare_main
+from cudaforge.engine.worker.entry import main, spare_main
 
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "--spare":

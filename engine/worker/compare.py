@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
-from ..results import OutputCheck, WorstElement
+from cudaforge.engine.results import OutputCheck, WorstElement
 
 _CHUNK = 1 << 24  # elements per compared slice: ~0.4 GiB of fp32 temporaries at most (engine/worker/memory.py)
 

@@ -13,23 +13,30 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .failures import CandidateFailure, TaskFailure
-from .harness import current_phase, phase, phases, reset_phases, set_progress, write_result
-from .job import EvalJob, WorkerReport
+from cudaforge.engine.worker.failures import CandidateFailure, TaskFailure
+from cudaforge.engine.worker.harness import (
+    current_phase,
+    phase,
+    phases,
+    reset_phases,
+    set_progress,
+    write_result,
+)
+from cudaforge.engine.worker.job import EvalJob, WorkerReport
 
 
 def main(argv: list[str]) -> int:
     job = EvalJob.from_dict(json.loads(Path(argv[0]).read_text()))
     set_progress(Path(job.progress_path))
     if job.gpu_lock_path:
-        from ..gpu_turns import announce_job
+        from cudaforge.engine.gpu_turns import announce_job
 
         announce_job(job.gpu_lock_path)  # a job: idle spares let it take the GPU lock first
     result_path = Path(job.result_path)
     phase("start")
     result: dict[str, Any] = {"phases": phases(), "findings": [], "numerics": {}}
     try:
-        from . import pipeline
+        from cudaforge.engine.worker import pipeline
 
         if job.mode == "profile":
             pipeline.profile_run(job, result)
@@ -42,7 +49,7 @@ def main(argv: list[str]) -> int:
         if exc.log:
             result.setdefault("compile", {})["log"] = exc.log
     except Exception as exc:  # the worker must always report
-        from . import memory
+        from cudaforge.engine.worker import memory
 
         if memory.is_oom(exc):  # wherever it happens (inputs, clones, the harness): the oom outcome
             result.update(outcome="oom", message=memory.oom_message(exc, current_phase() or "start"),
@@ -53,12 +60,12 @@ def main(argv: list[str]) -> int:
     phase("done")
     result["phases"] = dict(phases())
     with contextlib.suppress(Exception):
-        from . import memory
+        from cudaforge.engine.worker import memory
 
         memory.finish(result)
     write_result(result_path, _typed(result))
     with contextlib.suppress(Exception):
-        from . import pipeline
+        from cudaforge.engine.worker import pipeline
 
         pipeline.release_gpu()  # memory freed before the GPU lock goes (else the lock goes at exit)
     sys.stdout.flush()
@@ -88,7 +95,7 @@ def _gpu_lock(path: str | None, has_job: Callable[[], bool] = lambda: False) -> 
     if not path:
         yield
         return
-    from ..gpu_turns import warmup_turn
+    from cudaforge.engine.gpu_turns import warmup_turn
 
     with warmup_turn(path, has_job):
         yield
@@ -116,16 +123,14 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
         mark[0] = now
 
     import torch
-
-    from . import pipeline  # noqa: F401 - imported for its side effect: the evaluation code is loaded
+    from cudaforge.engine.worker import pipeline  # noqa: F401 - imported for its side effect: the evaluation code is loaded
     with contextlib.suppress(Exception):  # a failure here shows up again, properly reported, in the job
         import torch.utils.cpp_extension  # noqa: F401
+        from cudaforge.engine import nvrtc
         from torch.profiler import ProfilerActivity, profile
-
-        from .. import nvrtc
         step("import_s")
         if device == "cuda" and torch.cuda.is_available():
-            from .triton_support import preload
+            from cudaforge.engine.worker.triton_support import preload
 
             preload()  # triton, when installed: a Triton round does not pay for its import
             with _gpu_lock(lock_path, job.exists):
@@ -155,7 +160,7 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
         time.sleep(0.002)
     spec_path = json.loads(job.read_text())["spec"]
     if lock_path:
-        from ..gpu_turns import announce_job
+        from cudaforge.engine.gpu_turns import announce_job
 
         announce_job(lock_path)  # from now until it holds the lock, idle spares' warm-ups wait for it
     waited = 0.0  # how long the job waited for this spare to finish warming up

@@ -20,7 +20,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from .failures import TaskFailure
+from cudaforge.engine.worker.failures import TaskFailure
 
 _PROGRESS: Path | None = None
 EXT_RANGE = "cudaforge_ext::"  # profiler label of extension-function calls while `label_calls` is set
@@ -184,8 +184,7 @@ def to_device(value: Any, device: Any, float_dtype: Any) -> Any:
 
 def clone_inputs(inputs: list[Any]) -> list[Any]:
     import torch
-
-    from .memory import side
+    from cudaforge.engine.worker.memory import side
 
     with side("inputs"):  # an OOM here names the inputs side
         return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
@@ -235,8 +234,7 @@ def make_inputs(task: types.ModuleType, seed: int, device: Any, float_dtype: Any
     whose `get_inputs()` cannot run that way is drawn on the host, as KernelBench does. The draws are
     waited for, so no pending work spills into what is measured next."""
     import torch
-
-    from .memory import is_oom, side
+    from cudaforge.engine.worker.memory import is_oom, side
 
     raw = None
     if getattr(device, "type", "cpu") == "cuda":

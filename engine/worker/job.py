@@ -13,7 +13,16 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..results import CompileResult, Correctness, Finding, KernelLaunch, Memory, Timing, from_dict, to_dict
+from cudaforge.engine.results import (
+    CompileResult,
+    Correctness,
+    Finding,
+    KernelLaunch,
+    Memory,
+    Timing,
+    from_dict,
+    to_dict,
+)
 
 Mode = Literal["evaluate", "profile"]
 

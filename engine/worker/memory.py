@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .job import EvalJob
+    from cudaforge.engine.worker.job import EvalJob
 
 GIB = 1 << 30
 SLACK_BYTES = GIB  # the L2 flush buffer, CUDA/cuBLAS workspaces, compare chunks
@@ -358,8 +358,7 @@ def check_task(job: EvalJob, task: Any, init: list[Any], device: Any, float_dtyp
 
     Raises TaskFailure for a broken task and CandidateFailure("oom") for one that cannot fit."""
     import torch
-
-    from .failures import CandidateFailure, TaskFailure
+    from cudaforge.engine.worker.failures import CandidateFailure, TaskFailure
 
     seed = job.seed
     try:

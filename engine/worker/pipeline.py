@@ -10,16 +10,16 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from ..compiler_log import first_error_text
-from ..integrity import evidence
-from ..integrity import runtime as runtime_checks
-from ..integrity.outputs import check_cache_reuse
-from ..integrity.static import source_findings
-from ..results import Finding, to_dict
-from . import memory, triton_support
-from .compare import DEFAULT_TOLERANCE, compare_output, flatten_outputs
-from .failures import CandidateFailure, TaskFailure
-from .harness import (
+from cudaforge.engine.compiler_log import first_error_text
+from cudaforge.engine.integrity import evidence
+from cudaforge.engine.integrity import runtime as runtime_checks
+from cudaforge.engine.integrity.outputs import check_cache_reuse
+from cudaforge.engine.integrity.static import source_findings
+from cudaforge.engine.results import Finding, to_dict
+from cudaforge.engine.worker import memory, triton_support
+from cudaforge.engine.worker.compare import DEFAULT_TOLERANCE, compare_output, flatten_outputs
+from cudaforge.engine.worker.failures import CandidateFailure, TaskFailure
+from cudaforge.engine.worker.harness import (
     BuildRecorder,
     clone_inputs,
     current_numerics,
@@ -34,8 +34,8 @@ from .harness import (
     thread_names,
     versions,
 )
-from .job import EvalJob
-from .timing import REAL_CLOCKS, Timer, capture_clocks, quartiles, stats
+from cudaforge.engine.worker.job import EvalJob
+from cudaforge.engine.worker.timing import REAL_CLOCKS, Timer, capture_clocks, quartiles, stats
 
 _CUDA_ERROR = re.compile(r"CUDA error|illegal memory access|an illegal instruction|unspecified launch failure|"
                          r"misaligned address|CUDA_ERROR|device-side assert|AcceleratorError", re.I)
@@ -221,8 +221,7 @@ def _poison(outputs: list[Any]) -> None:
 
 def correctness(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, findings: list[Finding]) -> dict[str, Any]:
     import torch
-
-    from ..results import Correctness, TrialCheck
+    from cudaforge.engine.results import Correctness, TrialCheck
 
     phase("correctness")
     float_dtype = _float_dtype(job.precision)
@@ -381,8 +380,7 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
            default_numerics: dict[str, Any], tolerance: tuple[float, float]) -> dict[str, Any]:
     """Time the reference and the candidate; `tolerance` is correctness's (atol, rtol), for the timed outputs."""
     import torch
-
-    from ..results import Timing
+    from cudaforge.engine.results import Timing
 
     phase("timing")
     t = job.timing
@@ -540,7 +538,7 @@ def _acquire_gpu(job: EvalJob) -> None:
     lock = FileLock(path)
     lock.acquire()
     _HELD_LOCKS.append(lock)  # released when the worker process exits
-    from ..gpu_turns import withdraw_job
+    from cudaforge.engine.gpu_turns import withdraw_job
 
     withdraw_job(path)
 

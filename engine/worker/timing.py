@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..results import TimingStats
+from cudaforge.engine.results import TimingStats
 
 
 def stats(samples_ms: list[float], method: str) -> TimingStats:
