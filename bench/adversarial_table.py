@@ -102,9 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--gpu", type=int, default=0)
     args = ap.parse_args(argv)
-    from cudaforge.engine.gpus import profile_for_device
+    from cudaforge.engine.gpus import gpu_spec_for_device
 
-    profile = profile_for_device(args.gpu)
+    profile = gpu_spec_for_device(args.gpu)
     options = EvalOptions(
         device="cuda", gpu=args.gpu, trials=3, cache_dir=Path(tempfile.mkdtemp(prefix="cf-adv-")),
         timing={"warmup": 5, "warmup_ms": 25.0, "trials": 30, "min_time_ms": 50.0, "max_trials": 500,

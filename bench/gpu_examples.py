@@ -75,9 +75,9 @@ def main() -> int:
     p.add_argument("--parallel", type=int, default=8)
     p.add_argument("--trials", type=int, default=50)
     args = p.parse_args()
-    from cudaforge.engine.gpus import profile_for_device
+    from cudaforge.engine.gpus import gpu_spec_for_device
 
-    prof = profile_for_device(0)
+    prof = gpu_spec_for_device(0)
     bw = getattr(prof, "dram_bandwidth_gbs", None) if prof else None
     options = EvalOptions(device="cuda", trials=5, peak_bandwidth_gbs=bw,
                           timing={"warmup": 10, "trials": args.trials, "host_trials": 20, "l2_flush": True,

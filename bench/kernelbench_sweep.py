@@ -189,9 +189,9 @@ def make_options(device: str, gpu: int, gpu_memory_gb: float | None, trials: int
     opts = EvalOptions(device=device, gpu=gpu, trials=trials, timing=dict(FAST_TIMING), gpu_memory_gb=gpu_memory_gb)
     if device == "cuda":
         try:
-            from cudaforge.engine.gpus import profile_for_device
+            from cudaforge.engine.gpus import gpu_spec_for_device
 
-            prof = profile_for_device(gpu)
+            prof = gpu_spec_for_device(gpu)
             bandwidth = getattr(prof, "dram_bandwidth_gbs", None) if prof else None
             if bandwidth:
                 opts = replace(opts, peak_bandwidth_gbs=float(bandwidth))

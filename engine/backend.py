@@ -44,37 +44,37 @@ class ProfileBackend(Protocol):
 
 class SessionBackend(Protocol):
     """What a batch gives the factory instead of local parts: each session's evaluator and profiler,
-    and the GPU profile of the machines that evaluate (None when unknown or on the CPU device)."""
+    and the GPU spec of the machines that evaluate (None when unknown or on the CPU device)."""
 
-    gpu_profile: Any
+    gpu_spec: Any
 
     def session_parts(self, config: Config) -> tuple[EvalBackend, ProfileBackend | None]: ...
 
 
-def device_gpu_profile(config: Config, gpu: int | None = None) -> Any:
-    """The GPU profile of this host's CUDA device (None on the CPU device or when no GPU answers)."""
+def device_gpu_spec(config: Config, gpu: int | None = None) -> Any:
+    """The GPU spec of this host's CUDA device (None on the CPU device or when no GPU answers)."""
     if config.get("eval", "device") != "cuda":
         return None
     try:
-        from cudaforge.engine.gpus import profile_for_device
+        from cudaforge.engine.gpus import gpu_spec_for_device
 
-        return profile_for_device(config.get("eval", "gpu") if gpu is None else gpu)
+        return gpu_spec_for_device(config.get("eval", "gpu") if gpu is None else gpu)
     except Exception:
         return None
 
 
-def local_parts(config: Config, gpu_profile: Any) -> tuple[Evaluator, Profiler | None]:
+def local_parts(config: Config, gpu_spec: Any) -> tuple[Evaluator, Profiler | None]:
     """The evaluator (result cache on) and, on CUDA with ncu enabled, the profiler of this host."""
     from cudaforge.engine.evaluator import EvalOptions, Evaluator
 
-    peak = getattr(gpu_profile, "dram_bandwidth_gbs", None) if gpu_profile is not None else None
+    peak = getattr(gpu_spec, "dram_bandwidth_gbs", None) if gpu_spec is not None else None
     evaluator = Evaluator(EvalOptions.from_config(config, peak_bandwidth_gbs=peak, result_cache=True))
     profiler = None
     ncu = ncu_settings(config)
     if ncu is not None:
         from cudaforge.engine.profiler import Profiler
 
-        profiler = Profiler(evaluator, ncu, chip=getattr(gpu_profile, "chip", "") or "")
+        profiler = Profiler(evaluator, ncu, chip=getattr(gpu_spec, "chip", "") or "")
     return evaluator, profiler
 
 

@@ -178,9 +178,9 @@ def _peak_bandwidth(config: Any) -> float | None:
     if config.get("eval", "device") != "cuda":
         return None
     try:
-        from cudaforge.engine.gpus import profile_for_device
+        from cudaforge.engine.gpus import gpu_spec_for_device
 
-        profile = profile_for_device(config.get("eval", "gpu"))
+        profile = gpu_spec_for_device(config.get("eval", "gpu"))
         return getattr(profile, "dram_bandwidth_gbs", None) if profile else None
     except Exception:
         return None
@@ -197,7 +197,7 @@ def _ncu_settings(config: Any) -> Any:
 async def _cmd_profile(args: argparse.Namespace) -> int:
     from cudaforge.engine.errors import ToolUnavailable
     from cudaforge.engine.evaluator import EvalOptions, Evaluator
-    from cudaforge.engine.gpus import profile_for_device
+    from cudaforge.engine.gpus import gpu_spec_for_device
     from cudaforge.engine.profiler import Profiler
     from cudaforge.engine.profiling.analysis import analyze
     from cudaforge.engine.profiling.render import format_profile
@@ -207,7 +207,7 @@ async def _cmd_profile(args: argparse.Namespace) -> int:
         raise ToolUnavailable("profiling needs a CUDA device (--device cuda)")
     task = load_task(args.task)
     candidate = load_candidate(args.candidate)
-    gpu = profile_for_device(config.get("eval", "gpu"))
+    gpu = gpu_spec_for_device(config.get("eval", "gpu"))
     evaluator = Evaluator(EvalOptions.from_config(config), keep_workdirs=args.keep)
     _eprint(f"profiling {args.candidate} with ncu …")
     result = await Profiler(evaluator, _ncu_settings(config), chip=getattr(gpu, "chip", "") or "").profile(

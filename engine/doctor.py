@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from cudaforge.engine.gpus import (
-    GpuProfile,
+    GpuSpec,
     compare_with_properties,
-    detect_profile,
+    detect_gpu_spec,
     query_nvidia_smi,
 )
 from cudaforge.engine.profiling.result import ProfileResult
@@ -308,37 +308,37 @@ def check_profile_run(result: ProfileResult) -> Check:
     return Check("ncu_profile", "fail", f"profiling failed [{result.error_kind}]", result.message)
 
 
-def check_gpu_profile(
+def check_gpu_spec(
     smi: Mapping[str, Any] | None, torch_info: Mapping[str, Any], device: str
-) -> tuple[Check, GpuProfile | None]:
-    """Which GPU profile the analyzer will use, and whether the device contradicts it."""
+) -> tuple[Check, GpuSpec | None]:
+    """Which GPU spec the analyzer will use, and whether the device contradicts it."""
     if device != "cuda":
-        return Check("gpu_profile", "skip", "no GPU in use"), None
+        return Check("gpu_spec", "skip", "no GPU in use"), None
     props: dict[str, Any] = dict(torch_info.get("props") or {})
     if not props and smi:
         props = dict(smi)
     if "major" not in props:
-        return Check("gpu_profile", "skip", "no GPU properties available"), None
+        return Check("gpu_spec", "skip", "no GPU properties available"), None
     name = str(props.get("name") or (smi or {}).get("name", ""))
-    profile = detect_profile(name, (int(props["major"]), int(props["minor"])), props)
-    if profile.detected_from == "device_properties":
+    spec = detect_gpu_spec(name, (int(props["major"]), int(props["minor"])), props)
+    if spec.detected_from == "device_properties":
         return Check(
-            "gpu_profile",
+            "gpu_spec",
             "warn",
-            f"no profile matches {name!r}; built from device properties, unknown: {', '.join(profile.missing_fields)}",
+            f"no GPU spec sheet matches {name!r}; built from device properties, unknown: {', '.join(spec.missing_fields)}",
             "add profiles/gpus/<card>.toml with the vendor's figures (see the existing files) so tensor-core "
             "peaks and the speed-of-light check are known",
-        ), profile
-    check = compare_with_properties(profile, props)
+        ), spec
+    check = compare_with_properties(spec, props)
     if check.mismatches:
         return Check(
-            "gpu_profile",
+            "gpu_spec",
             "warn",
-            f"{profile.name} ({profile.key}) differs from the device: " + "; ".join(check.mismatches),
-            "check profiles/gpus/" + profile.key + ".toml against the card's datasheet",
-        ), profile
-    extra = f" ({'; '.join(profile.notes)})" if profile.detected_from != "profile" and profile.notes else ""
-    return Check("gpu_profile", "pass", f"{profile.name} [{profile.key}.toml]{extra}"), profile
+            f"{spec.name} ({spec.key}) differs from the device: " + "; ".join(check.mismatches),
+            "check profiles/gpus/" + spec.key + ".toml against the card's datasheet",
+        ), spec
+    extra = f" ({'; '.join(spec.notes)})" if spec.detected_from != "spec sheet" and spec.notes else ""
+    return Check("gpu_spec", "pass", f"{spec.name} [{spec.key}.toml]{extra}"), spec
 
 
 DEFAULT_BASE_URLS = {
@@ -440,7 +440,7 @@ def run_doctor(
     euid: int | None = None,
 ) -> list[Check]:
     """All checks, in the order a person fixes them: GPU/driver, torch, nvcc, ncu, counter access,
-    GPU profile, then each LLM endpoint (name, base_url, api_key_env[, provider])."""
+    GPU spec, then each LLM endpoint (name, base_url, api_key_env[, provider])."""
     env = os.environ if env is None else env
     settings = ncu_settings or NcuSettings()
     if euid is None:
@@ -458,7 +458,7 @@ def run_doctor(
         checks.append(check_counter_permission(read_text, euid, settings))
         if profile_run is not None:
             checks.append(check_profile_run(profile_run))
-    gp_check, _ = check_gpu_profile(smi, torch_info, device)
+    gp_check, _ = check_gpu_spec(smi, torch_info, device)
     checks.append(gp_check)
     for endpoint in endpoints:
         checks.append(check_endpoint(endpoint, env, get))

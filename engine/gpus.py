@@ -1,8 +1,8 @@
-"""GPU profiles: the peak numbers a roofline needs, per card, from the vendors' public specifications.
+"""GPU specs: the peak numbers a roofline needs, per card, from the vendors' public specifications.
 
-Profiles live in `profiles/gpus/*.toml` (shipped as package data of `cudaforge.profiles`) so the
+Specs live in `profiles/gpus/*.toml` (shipped as package data of `cudaforge.profiles`) so the
 analyzer and the LLM prompts can compare measured counters with what the card can do. A card with no
-profile still gets one, built from its CUDA device properties; the fields that cannot be derived
+spec still gets one, built from its CUDA device properties; the fields that cannot be derived
 that way are named in `missing_fields` so nobody mistakes an unknown peak for zero.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 
 from cudaforge.engine.errors import ConfigError
 
-# Fields every profile file must define (or list in `not_supported`).
+# Fields every spec file must define (or list in `not_supported`).
 NUMERIC_FIELDS: tuple[str, ...] = (
     "sm_count",
     "boost_clock_mhz",
@@ -69,7 +69,7 @@ _KNOWN_KEYS = set(NUMERIC_FIELDS) | {
 }
 
 # CUDA C++ Programming Guide, "Technical Specifications per Compute Capability": resident blocks
-# per SM, and FP32 lanes per SM (for deriving a peak FP32 rate of a card we have no profile for).
+# per SM, and FP32 lanes per SM (for deriving a peak FP32 rate of a card we have no spec for).
 _MAX_BLOCKS_PER_SM: dict[tuple[int, int], int] = {
     (7, 0): 32,
     (7, 2): 32,
@@ -101,7 +101,7 @@ _FP32_LANES_PER_SM: dict[tuple[int, int], int] = {
 
 
 @dataclass(frozen=True)
-class GpuProfile:
+class GpuSpec:
     """Specifications of one card. `None` means unknown (see `missing_fields`) or not supported.
 
     Tensor figures are dense (no structured sparsity). Sizes: GB = 1e9 bytes for DRAM, MB = MiB for
@@ -135,7 +135,7 @@ class GpuProfile:
     missing_fields: tuple[str, ...] = ()
     source: str = ""
     notes: tuple[str, ...] = ()
-    detected_from: str = "profile"  # "profile", "profile+device_properties", "device_properties"
+    detected_from: str = "spec sheet"  # "spec sheet", "spec sheet+device_properties", "device_properties"
 
     @property
     def sm_arch(self) -> str:
@@ -189,8 +189,8 @@ class GpuProfile:
             lines.append(f"Roofline ridge point: FP32 {ridge:.1f} FLOP/byte{extra}")
         if self.missing_fields:
             lines.append("Unknown for this card: " + ", ".join(self.missing_fields))
-        if self.detected_from != "profile":
-            lines.append(f"Profile source: {self.detected_from}")
+        if self.detected_from != "spec sheet":
+            lines.append(f"Spec source: {self.detected_from}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -202,13 +202,13 @@ class GpuProfile:
         return out
 
 
-def _profiles_dir() -> Any:
+def _specs_dir() -> Any:
     """The `gpus/` folder inside the installed `cudaforge.profiles` package."""
     return resources.files("cudaforge.profiles").joinpath("gpus")
 
 
-def _parse_profile(key: str, data: Mapping[str, Any], origin: str) -> GpuProfile:
-    """Validate one profile table; errors name the file and the key, one line each."""
+def _parse_gpu_spec(key: str, data: Mapping[str, Any], origin: str) -> GpuSpec:
+    """Validate one spec table; errors name the file and the key, one line each."""
     unknown = sorted(set(data) - _KNOWN_KEYS)
     if unknown:
         raise ConfigError(f"{origin}: unknown key '{unknown[0]}'")
@@ -242,7 +242,7 @@ def _parse_profile(key: str, data: Mapping[str, Any], origin: str) -> GpuProfile
                 f"{origin}: missing key '{fname}' (list it in 'not_supported' if the card lacks it)"
             )
     notes = data.get("notes", ())
-    return GpuProfile(
+    return GpuSpec(
         key=key,
         name=str(data["name"]),
         compute_capability=(cc[0], cc[1]),
@@ -256,9 +256,9 @@ def _parse_profile(key: str, data: Mapping[str, Any], origin: str) -> GpuProfile
 
 
 @functools.cache
-def _load_builtin() -> tuple[GpuProfile, ...]:
-    profiles = []
-    folder = _profiles_dir()
+def _load_builtin() -> tuple[GpuSpec, ...]:
+    specs = []
+    folder = _specs_dir()
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".toml"):
             continue
@@ -267,39 +267,39 @@ def _load_builtin() -> tuple[GpuProfile, ...]:
             data = tomllib.loads(entry.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{origin}: {exc}") from None
-        profiles.append(_parse_profile(entry.name.removesuffix(".toml"), data, origin))
-    return tuple(profiles)
+        specs.append(_parse_gpu_spec(entry.name.removesuffix(".toml"), data, origin))
+    return tuple(specs)
 
 
-def load_gpu_profiles(directory: str | Path | None = None) -> tuple[GpuProfile, ...]:
-    """All profiles, sorted by file name. `directory` replaces the built-in folder (tests, users)."""
+def load_gpu_specs(directory: str | Path | None = None) -> tuple[GpuSpec, ...]:
+    """All specs, sorted by file name. `directory` replaces the built-in folder (tests, users)."""
     if directory is None:
         return _load_builtin()
-    profiles = []
+    specs = []
     for path in sorted(Path(directory).glob("*.toml")):
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: {exc}") from None
-        profiles.append(_parse_profile(path.stem, data, str(path)))
-    return tuple(profiles)
+        specs.append(_parse_gpu_spec(path.stem, data, str(path)))
+    return tuple(specs)
 
 
-def _specificity(profile: GpuProfile, device_name: str) -> int:
+def _specificity(spec: GpuSpec, device_name: str) -> int:
     """Length of the longest pattern that matches: the more specific pattern wins a tie."""
     best = -1
-    for pattern in profile.match:
+    for pattern in spec.match:
         if re.search(pattern, device_name, flags=re.IGNORECASE):
             best = max(best, len(pattern))
     return best
 
 
-def match_profiles(
-    device_name: str, compute_capability: tuple[int, int] | None, profiles: Iterable[GpuProfile]
-) -> list[GpuProfile]:
-    """Profiles whose name patterns match (and whose CC agrees, when one is given), best first."""
+def match_gpu_specs(
+    device_name: str, compute_capability: tuple[int, int] | None, specs: Iterable[GpuSpec]
+) -> list[GpuSpec]:
+    """Specs whose name patterns match (and whose CC agrees, when one is given), best first."""
     hits = []
-    for p in profiles:
+    for p in specs:
         score = _specificity(p, device_name)
         if score < 0:
             continue
@@ -310,20 +310,20 @@ def match_profiles(
     return [p for _, p in hits]
 
 
-def detect_profile(
+def detect_gpu_spec(
     device_name: str,
     compute_capability: tuple[int, int],
     props: Mapping[str, Any] | None = None,
     *,
-    profiles: Iterable[GpuProfile] | None = None,
-) -> GpuProfile:
-    """The profile of the card named `device_name` with this CC; an unknown card gets one built
+    specs: Iterable[GpuSpec] | None = None,
+) -> GpuSpec:
+    """The spec of the card named `device_name` with this CC; an unknown card gets one built
     from `props` (torch.cuda.get_device_properties fields as a dict) with its gaps named.
 
-    A known card whose SM count differs from the profile (a MIG slice, a cut-down variant) keeps the
-    profile's per-SM data but has its whole-chip compute peaks scaled to the SMs it really has.
+    A known card whose SM count differs from the spec (a MIG slice, a cut-down variant) keeps the
+    spec's per-SM data but has its whole-chip compute peaks scaled to the SMs it really has.
     """
-    candidates = match_profiles(device_name, compute_capability, profiles or load_gpu_profiles())
+    candidates = match_gpu_specs(device_name, compute_capability, specs or load_gpu_specs())
     if candidates:
         best_score = _specificity(candidates[0], device_name)
         tied = [p for p in candidates if _specificity(p, device_name) == best_score]
@@ -331,7 +331,7 @@ def detect_profile(
         if len(tied) > 1 and total:
             tied.sort(key=lambda p: abs((p.dram_gb or 0) - total / 1e9))
         return _adjust_to_device(tied[0], props)
-    return profile_from_properties(device_name, compute_capability, props)
+    return gpu_spec_from_properties(device_name, compute_capability, props)
 
 
 def _prop_number(props: Mapping[str, Any] | None, key: str) -> float | None:
@@ -343,28 +343,28 @@ def _prop_number(props: Mapping[str, Any] | None, key: str) -> float | None:
     return float(value)
 
 
-def _adjust_to_device(profile: GpuProfile, props: Mapping[str, Any] | None) -> GpuProfile:
-    """Scale the compute peaks of a known profile when the device exposes fewer SMs (MIG, variants)."""
+def _adjust_to_device(spec: GpuSpec, props: Mapping[str, Any] | None) -> GpuSpec:
+    """Scale the compute peaks of a known spec when the device exposes fewer SMs (MIG, variants)."""
     sms = _prop_number(props, "multi_processor_count")
-    if not sms or not profile.sm_count or int(sms) == profile.sm_count:
-        return profile
-    ratio = sms / profile.sm_count
+    if not sms or not spec.sm_count or int(sms) == spec.sm_count:
+        return spec
+    ratio = sms / spec.sm_count
     scaled: dict[str, Any] = {"sm_count": int(sms)}
     for fname in ("fp32_tflops", *TENSOR_FIELDS):
-        value = getattr(profile, fname)
+        value = getattr(spec, fname)
         if value is not None:
             scaled[fname] = round(value * ratio, 2)
     note = (
-        f"device reports {int(sms)} SMs, profile has {profile.sm_count}: compute peaks scaled by "
+        f"device reports {int(sms)} SMs, spec has {spec.sm_count}: compute peaks scaled by "
         f"{ratio:.3f}; DRAM bandwidth is the whole card's"
     )
-    return replace(profile, **scaled, notes=(*profile.notes, note), detected_from="profile+device_properties")
+    return replace(spec, **scaled, notes=(*spec.notes, note), detected_from="spec sheet+device_properties")
 
 
-def profile_from_properties(
+def gpu_spec_from_properties(
     device_name: str, compute_capability: tuple[int, int], props: Mapping[str, Any] | None
-) -> GpuProfile:
-    """A profile for a card we have no file for: what the device properties say, the rest named
+) -> GpuSpec:
+    """A spec for a card we have no file for: what the device properties say, the rest named
     in `missing_fields` (dense tensor peaks are never guessed)."""
     cc = (int(compute_capability[0]), int(compute_capability[1]))
     values: dict[str, Any] = {}
@@ -411,13 +411,13 @@ def profile_from_properties(
         notes.append(f"FP32 peak derived: {int(sms)} SMs x {lanes} lanes x 2 FLOP x clock")
     missing = tuple(f for f in NUMERIC_FIELDS if f not in values)
     name = str((props or {}).get("name") or device_name)
-    return GpuProfile(
+    return GpuSpec(
         key="device",
         name=name,
         compute_capability=cc,
         missing_fields=missing,
         notes=tuple(notes),
-        source="CUDA device properties (no profile file matches this card)",
+        source="CUDA device properties (no spec file matches this card)",
         detected_from="device_properties",
         **values,
     )
@@ -425,31 +425,31 @@ def profile_from_properties(
 
 @dataclass(frozen=True)
 class ProfileCheck:
-    """How a chosen profile compares with the running device (used by `cudaforge doctor`)."""
+    """How a chosen spec compares with the running device (used by `cudaforge doctor`)."""
 
-    profile: GpuProfile
+    spec: GpuSpec
     mismatches: tuple[str, ...] = field(default_factory=tuple)
 
 
-def compare_with_properties(profile: GpuProfile, props: Mapping[str, Any]) -> ProfileCheck:
-    """Name the profile values the device contradicts, so a wrong profile is visible, not silent."""
+def compare_with_properties(spec: GpuSpec, props: Mapping[str, Any]) -> ProfileCheck:
+    """Name the spec values the device contradicts, so a wrong spec is visible, not silent."""
     problems: list[str] = []
     sms = _prop_number(props, "multi_processor_count")
-    if sms and profile.sm_count and int(sms) != profile.sm_count:
-        problems.append(f"SM count: device {int(sms)}, profile {profile.sm_count}")
+    if sms and spec.sm_count and int(sms) != spec.sm_count:
+        problems.append(f"SM count: device {int(sms)}, spec {spec.sm_count}")
     total = _prop_number(props, "total_memory")
-    if total and profile.dram_gb and not (0.85 <= total / 1e9 / profile.dram_gb <= 1.15):
-        problems.append(f"memory: device {total / 1e9:.1f} GB, profile {profile.dram_gb:g} GB")
+    if total and spec.dram_gb and not (0.85 <= total / 1e9 / spec.dram_gb <= 1.15):
+        problems.append(f"memory: device {total / 1e9:.1f} GB, spec {spec.dram_gb:g} GB")
     smem = _prop_number(props, "shared_memory_per_block_optin")
     if (
         smem
-        and profile.shared_mem_per_block_optin_kb
-        and int(smem / 1024) != int(profile.shared_mem_per_block_optin_kb)
+        and spec.shared_mem_per_block_optin_kb
+        and int(smem / 1024) != int(spec.shared_mem_per_block_optin_kb)
     ):
         problems.append(
-            f"shared memory per block: device {smem / 1024:g} KB, profile {profile.shared_mem_per_block_optin_kb:g} KB"
+            f"shared memory per block: device {smem / 1024:g} KB, spec {spec.shared_mem_per_block_optin_kb:g} KB"
         )
-    return ProfileCheck(profile=profile, mismatches=tuple(problems))
+    return ProfileCheck(spec=spec, mismatches=tuple(problems))
 
 
 def _smi_device_selector(index: int) -> str:
@@ -540,23 +540,23 @@ def torch_device_properties(index: int = 0) -> dict[str, Any] | None:
     return {k: getattr(p, k) for k in keys if hasattr(p, k)}
 
 
-def profile_for_device(
+def gpu_spec_for_device(
     index: int = 0,
     *,
     run: Callable[[Sequence[str], float], Any] = _default_run,
     which: Callable[[str], str | None] = shutil.which,
     use_torch: bool = True,
-) -> GpuProfile | None:
-    """The profile of CUDA device `index`: nvidia-smi first (no CUDA context in this process), the
+) -> GpuSpec | None:
+    """The spec of CUDA device `index`: nvidia-smi first (no CUDA context in this process), the
     torch device properties when the card is unknown or nvidia-smi is missing. None without a GPU."""
     smi = query_nvidia_smi(index, run=run, which=which)
     if smi and "major" in smi:
         cc = (smi["major"], smi["minor"])
-        if match_profiles(smi["name"], cc, load_gpu_profiles()):
-            return detect_profile(smi["name"], cc, smi)
+        if match_gpu_specs(smi["name"], cc, load_gpu_specs()):
+            return detect_gpu_spec(smi["name"], cc, smi)
     props = torch_device_properties(index) if use_torch else None
     if props and "major" in props:
-        return detect_profile(str(props.get("name", "")), (props["major"], props["minor"]), props)
+        return detect_gpu_spec(str(props.get("name", "")), (props["major"], props["minor"]), props)
     if smi and "major" in smi:
-        return detect_profile(smi["name"], (smi["major"], smi["minor"]), smi)
+        return detect_gpu_spec(smi["name"], (smi["major"], smi["minor"]), smi)
     return None

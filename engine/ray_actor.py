@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaforge.engine import __version__
-from cudaforge.engine.backend import device_gpu_profile, local_parts
+from cudaforge.engine.backend import device_gpu_spec, local_parts
 from cudaforge.engine.candidate import Candidate
 from cudaforge.engine.config import Config, config_from_data
 from cudaforge.engine.evaluator import default_cache_dir
@@ -51,7 +51,7 @@ class EvalActor:
         self.local_index = 0 if os.environ.get("CUDA_VISIBLE_DEVICES") or self.gpu is None else int(self.gpu)
         if self.gpu is not None:
             os.environ["CUDAFORGE_LOCK_DIR"] = str(gpu_lock_dir() / f"ray-gpu{self.gpu}")
-        self.gpu_profile = (device_gpu_profile(config_from_data(config_data), gpu=self.local_index)
+        self.gpu_spec = (device_gpu_spec(config_from_data(config_data), gpu=self.local_index)
                             if self.device == "cuda" else None)
         self._parts: dict[str, tuple[Any, Any]] = {}
         self._parts_for(config_data)
@@ -61,7 +61,7 @@ class EvalActor:
         """Where this actor runs (and the card's profile): the driver shows and records it."""
         return {"node_id": self.node_id, "node_ip": self.node_ip, "hostname": self.hostname, "gpu": self.gpu,
                 "device": self.device, "pid": os.getpid(), "version": __version__, "python": sys.version.split()[0],
-                "gpu_profile": self.gpu_profile}
+                "gpu_spec": self.gpu_spec}
 
     async def evaluate(self, job: dict[str, Any]) -> dict[str, Any]:
         evaluator, _ = self._parts_for(job["config"])
@@ -102,7 +102,7 @@ class EvalActor:
         key = json.dumps(config_data, sort_keys=True, default=str)
         parts = self._parts.get(key)
         if parts is None:
-            parts = local_parts(self._node_config(config_data), self.gpu_profile)
+            parts = local_parts(self._node_config(config_data), self.gpu_spec)
             self._parts[key] = parts
             for part in parts:
                 if part is not None:

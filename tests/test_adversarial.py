@@ -198,9 +198,9 @@ CUDA_TASK = ADV / "cuda" / "task.py"
 
 @pytest.fixture(scope="module")
 def gpu_opts(gpu_options):
-    from cudaforge.engine.gpus import profile_for_device
+    from cudaforge.engine.gpus import gpu_spec_for_device
 
-    profile = profile_for_device(gpu_options.gpu)
+    profile = gpu_spec_for_device(gpu_options.gpu)
     peak = getattr(profile, "dram_bandwidth_gbs", None) if profile else None
     return replace(gpu_options, peak_bandwidth_gbs=peak)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from cudaforge.engine.agents.offline_judge import OfflineJudge
-from cudaforge.engine.gpus import detect_profile, profile_from_properties
+from cudaforge.engine.gpus import detect_gpu_spec, gpu_spec_from_properties
 from cudaforge.engine.profiling import (
     NcuSettings,
     ProfileResult,
@@ -37,7 +37,7 @@ from cudaforge.engine.results import (
 )
 
 FIX = Path(__file__).parent / "fixtures" / "ncu"
-H200 = detect_profile("NVIDIA H200", (9, 0))
+H200 = detect_gpu_spec("NVIDIA H200", (9, 0))
 OPTIMIZE_KEYS = ("bottleneck", "method", "plan", "evidence")
 CORRECT_KEYS = ("critical_issue", "why_it_matters", "minimal_fix_hint")
 
@@ -141,7 +141,7 @@ def test_duration_only_profile_does_not_crash() -> None:
 
 
 def test_unknown_gpu_profile_degrades_gracefully(three: ProfileResult) -> None:
-    gpu = profile_from_properties("Mystery GPU", (9, 0), {"multi_processor_count": 132})
+    gpu = gpu_spec_from_properties("Mystery GPU", (9, 0), {"multi_processor_count": 132})
     a = analyze(three, gpu)
     assert _kernel(a, "cf_heavy").bottleneck == LATENCY_BOUND
     assert any("lacks" in n for n in a.notes)

@@ -100,7 +100,7 @@ def test_bare_machine_fails_with_fixes() -> None:
     assert c["nvcc"].status == "warn"
     assert c["ncu"].status == "fail" and "[ncu] path" in c["ncu"].fix
     assert c["ncu_permission"].status == "warn"
-    assert c["gpu_profile"].status == "skip"
+    assert c["gpu_spec"].status == "skip"
     assert doctor_exit_code(checks) == 3
     text = format_checks(checks)
     assert "[FAIL] ncu" in text and "fix: install Nsight Compute" in text
@@ -115,7 +115,7 @@ def test_healthy_machine_passes() -> None:
     assert [x.status for x in checks] == ["pass"] * len(checks), format_checks(checks)
     assert "580.65.06" in c["gpu"].detail
     assert "2025.3.1.0" in c["ncu"].detail and "13.0" in c["nvcc"].detail
-    assert "h200_sxm" in c["gpu_profile"].detail
+    assert "h200_sxm" in c["gpu_spec"].detail
     assert doctor_exit_code(checks) == 0
     assert tools.calls[0][0] == "/usr/bin/nvidia-smi"  # no CUDA in this process: nvidia-smi + a child probe
     assert any(call[:2] == ["py", "-c"] for call in tools.calls)
@@ -149,7 +149,7 @@ def test_cpu_device_needs_no_gpu() -> None:
     tools = FakeTools([], dict(TORCH_OK, cuda_build=None, available=False, props={}))
     c = _by_name(run_doctor(device="cpu", run=tools.run, which=tools.which, env={}, read_text=_params(None)))
     assert c["gpu"].status == "skip" and c["torch"].status == "pass"
-    assert "ncu" not in c and c["gpu_profile"].status == "skip"
+    assert "ncu" not in c and c["gpu_spec"].status == "skip"
 
 
 def test_cpu_only_torch_on_a_gpu_machine() -> None:
@@ -157,7 +157,7 @@ def test_cpu_only_torch_on_a_gpu_machine() -> None:
     c = _by_name(run_doctor(run=tools.run, which=tools.which, env={}, read_text=_params(0)))
     assert c["torch"].status == "fail" and "CPU-only" in c["torch"].detail
     assert c["gpu"].status == "pass"  # nvidia-smi still sees the card
-    assert c["gpu_profile"].status == "pass"  # from nvidia-smi's name and CC
+    assert c["gpu_spec"].status == "pass"  # from nvidia-smi's name and CC
 
 
 def test_unknown_card_profile_warns() -> None:
@@ -166,7 +166,7 @@ def test_unknown_card_profile_warns() -> None:
     )
     tools = FakeTools(["ncu"], torch)
     c = _by_name(run_doctor(run=tools.run, which=tools.which, env={}, read_text=_params(0)))
-    assert c["gpu_profile"].status == "warn" and "fp16_tensor_tflops" in c["gpu_profile"].detail
+    assert c["gpu_spec"].status == "warn" and "fp16_tensor_tflops" in c["gpu_spec"].detail
 
 
 def test_profile_run_check() -> None:

@@ -1,4 +1,4 @@
-"""GPU profiles: the shipped files, name/CC detection, and the unknown-card fallback."""
+"""GPU specs: the shipped files, name/CC detection, and the unknown-card fallback."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from cudaforge.engine.gpus import (
     NUMERIC_FIELDS,
     TENSOR_FIELDS,
     compare_with_properties,
-    detect_profile,
-    load_gpu_profiles,
-    match_profiles,
-    profile_for_device,
-    profile_from_properties,
+    detect_gpu_spec,
+    gpu_spec_for_device,
+    gpu_spec_from_properties,
+    load_gpu_specs,
+    match_gpu_specs,
     query_nvidia_smi,
 )
 
@@ -78,7 +78,7 @@ H200_PROPS = {
 
 
 def test_every_required_card_has_a_profile() -> None:
-    keys = {p.key for p in load_gpu_profiles()}
+    keys = {p.key for p in load_gpu_specs()}
     assert keys >= REQUIRED_CARDS
 
 
@@ -90,7 +90,7 @@ def test_profiles_are_found_through_package_resources() -> None:
 
 @pytest.mark.parametrize("key", sorted(REQUIRED_CARDS))
 def test_profile_fields_are_complete_and_plausible(key: str) -> None:
-    p = next(p for p in load_gpu_profiles() if p.key == key)
+    p = next(p for p in load_gpu_specs() if p.key == key)
     assert p.source and p.chip and p.match
     assert not p.missing_fields
     for f in NUMERIC_FIELDS:
@@ -109,7 +109,7 @@ def test_profile_fields_are_complete_and_plausible(key: str) -> None:
 
 
 def test_h200_values_from_the_datasheet() -> None:
-    p = detect_profile("NVIDIA H200", (9, 0))
+    p = detect_gpu_spec("NVIDIA H200", (9, 0))
     assert (p.sm_count, p.dram_gb, p.dram_bandwidth_gbs, p.fp32_tflops) == (132, 141, 4800, 67.0)
     assert p.fp16_tensor_tflops == pytest.approx(1979 / 2)  # datasheet: 1979 with sparsity
     assert p.fp8_tensor_tflops == pytest.approx(3958 / 2)
@@ -118,19 +118,19 @@ def test_h200_values_from_the_datasheet() -> None:
 
 @pytest.mark.parametrize(("name", "cc", "key"), KNOWN_NAMES)
 def test_detection_by_device_name(name: str, cc: tuple[int, int], key: str) -> None:
-    hits = match_profiles(name, cc, load_gpu_profiles())
+    hits = match_gpu_specs(name, cc, load_gpu_specs())
     assert [p.key for p in hits] == [key]
-    assert detect_profile(name, cc).key == key
+    assert detect_gpu_spec(name, cc).key == key
 
 
 @pytest.mark.parametrize(("name", "cc"), OTHER_CARDS)
 def test_similar_names_of_other_cards_do_not_match(name: str, cc: tuple[int, int]) -> None:
-    assert match_profiles(name, cc, load_gpu_profiles()) == []
-    assert detect_profile(name, cc).detected_from == "device_properties"
+    assert match_gpu_specs(name, cc, load_gpu_specs()) == []
+    assert detect_gpu_spec(name, cc).detected_from == "device_properties"
 
 
 def test_compute_capability_must_agree() -> None:
-    p = detect_profile("NVIDIA H200", (8, 0))
+    p = detect_gpu_spec("NVIDIA H200", (8, 0))
     assert p.detected_from == "device_properties"
 
 
@@ -151,7 +151,7 @@ def test_unknown_card_is_built_from_properties_and_names_its_gaps() -> None:
         "regs_per_multiprocessor": 65536,
         "warp_size": 32,
     }
-    p = detect_profile("NVIDIA Future GPU", (12, 0), props)
+    p = detect_gpu_spec("NVIDIA Future GPU", (12, 0), props)
     assert p.detected_from == "device_properties"
     assert p.sm_count == 170 and p.l2_mb == 96 and p.max_warps_per_sm == 48
     assert p.dram_bandwidth_gbs == pytest.approx(2 * 14e9 * 512 / 8 / 1e9)
@@ -162,7 +162,7 @@ def test_unknown_card_is_built_from_properties_and_names_its_gaps() -> None:
 
 
 def test_unknown_card_without_properties_lists_everything_missing() -> None:
-    p = profile_from_properties("Mystery", (9, 0), None)
+    p = gpu_spec_from_properties("Mystery", (9, 0), None)
     assert "sm_count" in p.missing_fields and "dram_bandwidth_gbs" in p.missing_fields
     assert p.max_blocks_per_sm == 32  # from the CC table
     assert p.summary()  # renders with unknowns
@@ -170,19 +170,19 @@ def test_unknown_card_without_properties_lists_everything_missing() -> None:
 
 def test_fewer_sms_than_the_profile_scales_compute_peaks() -> None:
     props = dict(H200_PROPS, multi_processor_count=66)
-    p = detect_profile("NVIDIA H200", (9, 0), props)
+    p = detect_gpu_spec("NVIDIA H200", (9, 0), props)
     assert p.sm_count == 66 and p.fp32_tflops == pytest.approx(33.5)
-    assert p.detected_from == "profile+device_properties" and p.notes
+    assert p.detected_from == "spec sheet+device_properties" and p.notes
 
 
 def test_summary_is_short_and_has_the_peaks() -> None:
-    text = detect_profile("NVIDIA A100-SXM4-40GB", (8, 0)).summary()
+    text = detect_gpu_spec("NVIDIA A100-SXM4-40GB", (8, 0)).summary()
     assert 3 <= len(text.splitlines()) <= 8
     assert "1,555 GB/s" in text and "FP8 n/a" in text and "sm_80" in text
 
 
 def test_compare_with_properties_flags_contradictions() -> None:
-    p = detect_profile("NVIDIA H200", (9, 0))
+    p = detect_gpu_spec("NVIDIA H200", (9, 0))
     assert compare_with_properties(p, H200_PROPS).mismatches == ()
     bad = compare_with_properties(p, dict(H200_PROPS, total_memory=80 * 10**9))
     assert any("memory" in m for m in bad.mismatches)
@@ -196,16 +196,16 @@ def test_bad_profile_files_give_one_line_errors(tmp_path: Path) -> None:
     good = resources.files("cudaforge.profiles").joinpath("gpus", "t4.toml").read_text()
     _write(tmp_path, "x.toml", good + "\nbogus = 1\n")
     with pytest.raises(ConfigError, match=r"x\.toml: unknown key 'bogus'"):
-        load_gpu_profiles(tmp_path)
+        load_gpu_specs(tmp_path)
     _write(tmp_path, "x.toml", good.replace("sm_count = 40\n", ""))
     with pytest.raises(ConfigError, match="missing key 'sm_count'"):
-        load_gpu_profiles(tmp_path)
+        load_gpu_specs(tmp_path)
     _write(tmp_path, "x.toml", good.replace("sm_count = 40", "sm_count = -1"))
     with pytest.raises(ConfigError, match="'sm_count' must be a positive number"):
-        load_gpu_profiles(tmp_path)
+        load_gpu_specs(tmp_path)
     _write(tmp_path, "x.toml", good.replace("match = [", "match = ['(', "))
     with pytest.raises(ConfigError, match="bad 'match' pattern"):
-        load_gpu_profiles(tmp_path)
+        load_gpu_specs(tmp_path)
 
 
 def _smi(stdout: str, rc: int = 0):  # noqa: ANN202 - a fake command runner
@@ -220,15 +220,15 @@ def _smi(stdout: str, rc: int = 0):  # noqa: ANN202 - a fake command runner
 
 def test_profile_for_device_uses_nvidia_smi_without_torch() -> None:
     run, calls = _smi("NVIDIA H200, 9.0, 143771, 1980, 580.65.06\n")
-    p = profile_for_device(0, run=run, which=lambda name: f"/usr/bin/{name}", use_torch=False)
+    p = gpu_spec_for_device(0, run=run, which=lambda name: f"/usr/bin/{name}", use_torch=False)
     assert p is not None and p.key == "h200_sxm"
     assert calls[0][0] == "/usr/bin/nvidia-smi" and calls[0][-2:] == ["-i", "0"]
 
 
 def test_profile_for_device_without_gpu_is_none() -> None:
     run, _ = _smi("", rc=9)
-    assert profile_for_device(0, run=run, which=lambda name: None, use_torch=False) is None
-    assert profile_for_device(0, run=run, which=lambda name: "/x/nvidia-smi", use_torch=False) is None
+    assert gpu_spec_for_device(0, run=run, which=lambda name: None, use_torch=False) is None
+    assert gpu_spec_for_device(0, run=run, which=lambda name: "/x/nvidia-smi", use_torch=False) is None
 
 
 def test_nvidia_smi_index_follows_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""Model profiles, cost arithmetic and the usage ledger (per round, per session, dollar cap)."""
+"""Price sheets, cost arithmetic and the usage ledger (per round, per session, dollar cap)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 from cudaforge.engine.errors import ConfigError
-from cudaforge.engine.llm import CallRecord, Usage, UsageLedger, find_profile, load_model_profiles, price_of
-from cudaforge.engine.llm.profiles import parse_profiles
+from cudaforge.engine.llm import CallRecord, Usage, UsageLedger, find_price_sheet, load_price_sheets, price_of
+from cudaforge.engine.llm.prices import parse_price_sheets
 
 REQUIRED_MODELS = [
     "gpt-5",
@@ -24,7 +24,7 @@ REQUIRED_MODELS = [
 
 
 def test_shipped_profiles_load_with_dated_sources() -> None:
-    profiles = load_model_profiles()
+    profiles = load_price_sheets()
     for name in REQUIRED_MODELS:
         p = profiles[name]
         assert p.priced, name
@@ -37,16 +37,16 @@ def test_shipped_profiles_load_with_dated_sources() -> None:
 
 
 def test_find_profile_by_snapshot_alias_and_router_prefix() -> None:
-    assert find_profile("claude-sonnet-4-5-20250929").name == "claude-sonnet-4-5"
-    assert find_profile("claude-sonnet-4-20250514").name == "claude-sonnet-4"
-    assert find_profile("gpt-5-mini-2025-08-07").name == "gpt-5-mini"
-    assert find_profile("claude-opus-4-0").name == "claude-opus-4"
-    assert find_profile("openai/gpt-5").name == "gpt-5"
-    assert find_profile("gpt-5-turbo-ultra") is None  # not a dated snapshot of gpt-5
+    assert find_price_sheet("claude-sonnet-4-5-20250929").name == "claude-sonnet-4-5"
+    assert find_price_sheet("claude-sonnet-4-20250514").name == "claude-sonnet-4"
+    assert find_price_sheet("gpt-5-mini-2025-08-07").name == "gpt-5-mini"
+    assert find_price_sheet("claude-opus-4-0").name == "claude-opus-4"
+    assert find_price_sheet("openai/gpt-5").name == "gpt-5"
+    assert find_price_sheet("gpt-5-turbo-ultra") is None  # not a dated snapshot of gpt-5
 
 
 def test_cost_arithmetic_matches_profile_prices() -> None:
-    p = load_model_profiles()["claude-sonnet-4-5"]
+    p = load_price_sheets()["claude-sonnet-4-5"]
     usage = Usage(
         input_tokens=100_000,
         cached_input_tokens=20_000,
@@ -66,7 +66,7 @@ def test_cost_arithmetic_matches_profile_prices() -> None:
 
 
 def test_openai_cost_with_cached_input() -> None:
-    p = load_model_profiles()["gpt-5"]
+    p = load_price_sheets()["gpt-5"]
     usage = Usage(input_tokens=10_000, cached_input_tokens=4_000, output_tokens=2_000, reasoning_tokens=1_500)
     expected = (6_000 * p.input_per_mtok + 4_000 * p.cached_input_per_mtok + 2_000 * p.output_per_mtok) / 1e6
     assert price_of("gpt-5", usage) == pytest.approx(expected)
@@ -91,9 +91,9 @@ def test_local_server_model_is_free() -> None:
 
 def test_profile_file_errors_name_the_file() -> None:
     with pytest.raises(ConfigError, match=r"x.toml: \[models.\"m\"\] unknown key 'input'"):
-        parse_profiles('[models."m"]\nprovider = "openai"\ninput = 1.0\n', "x.toml")
+        parse_price_sheets('[models."m"]\nprovider = "openai"\ninput = 1.0\n', "x.toml")
     with pytest.raises(ConfigError, match="must be a non-negative number"):
-        parse_profiles('[models."m"]\nprovider = "openai"\ninput_per_mtok = -1\n', "x.toml")
+        parse_price_sheets('[models."m"]\nprovider = "openai"\ninput_per_mtok = -1\n', "x.toml")
 
 
 def _record(
@@ -174,7 +174,7 @@ def test_round_estimate_in_the_readme_matches_the_profiles(model: str, per_round
 
 def test_current_models_are_priced_with_date_and_source() -> None:
     """The models the README's examples name are in the price sheets, each with its date and source."""
-    profiles = load_model_profiles()
+    profiles = load_price_sheets()
     for name in ("gpt-5.5", "claude-sonnet-4-6", "gpt-5", "gpt-5-mini"):
         p = profiles[name]
         assert p.priced and p.price_date and p.price_source, name
@@ -185,7 +185,7 @@ def test_deprecated_model_gets_a_startup_notice(monkeypatch: pytest.MonkeyPatch,
     a model not in it gets none."""
     from anthropic import _data
     from cudaforge.engine.config import load_config
-    from cudaforge.engine.llm.profiles import deprecation_notice
+    from cudaforge.engine.llm.prices import deprecation_notice
     from cudaforge.engine.session.factory import build_parts
 
     monkeypatch.setitem(_data.DEPRECATED_MODELS, "claude-cudaforge-test", "January 2nd, 2027")

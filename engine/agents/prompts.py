@@ -76,7 +76,7 @@ def _check_format(format: str) -> str:
 
 
 def _gpu(gpu_summary: str) -> str:
-    return gpu_summary.strip() or "(no GPU profile available)"
+    return gpu_summary.strip() or "(no GPU spec available)"
 
 
 def _code(source: str) -> str:
@@ -205,7 +205,7 @@ def build_judge_optimize(
     findings: Iterable[Any] | str | None = None,
     gpu_summary: str = "",
 ) -> Prompt:
-    """Optimization mode: GPU profile, code, measured times, per-kernel metrics, analyzer findings."""
+    """Optimization mode: GPU spec, code, measured times, per-kernel metrics, analyzer findings."""
     user = render_template(
         "judge_optimize",
         gpu_summary=_gpu(gpu_summary),

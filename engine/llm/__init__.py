@@ -11,7 +11,7 @@ from cudaforge.engine.llm.client import (
     classify_exception,
     make_client,
 )
-from cudaforge.engine.llm.profiles import ModelProfile, find_profile, load_model_profiles, price_of
+from cudaforge.engine.llm.prices import PriceSheet, find_price_sheet, load_price_sheets, price_of
 from cudaforge.engine.llm.settings import (
     PLACEHOLDER_API_KEY,
     PROVIDERS,
@@ -48,16 +48,16 @@ __all__ = [
     "LLMResult",
     "LLMSettings",
     "Message",
-    "ModelProfile",
+    "PriceSheet",
     "OpenAIChatClient",
     "Usage",
     "UsageLedger",
     "UsageTotals",
     "check_api_key",
     "classify_exception",
-    "find_profile",
+    "find_price_sheet",
     "is_loopback_url",
-    "load_model_profiles",
+    "load_price_sheets",
     "make_client",
     "price_of",
     "provider_notice",

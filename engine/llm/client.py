@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cudaforge.engine.errors import ConfigError
-from cudaforge.engine.llm.profiles import ModelProfile, find_profile, price_of
+from cudaforge.engine.llm.prices import PriceSheet, find_price_sheet, price_of
 from cudaforge.engine.llm.settings import PLACEHOLDER_API_KEY, LLMSettings, check_api_key, provider_notice
 from cudaforge.engine.llm.types import ErrorKind, LLMError, LLMReply, LLMResult, Message, Usage
 
@@ -52,7 +52,7 @@ class LLMClient(abc.ABC):
     def __init__(self, settings: LLMSettings, *, api_key: str) -> None:
         self.settings = settings
         self._api_key = api_key  # kept only here and inside the SDK client; never recorded
-        self.profile: ModelProfile | None = find_profile(settings.model)
+        self.price_sheet: PriceSheet | None = find_price_sheet(settings.model)
         self._sdk: Any = None
         self._sdk_loop: asyncio.AbstractEventLoop | None = None
 
@@ -187,7 +187,7 @@ class LLMClient(abc.ABC):
 
     def _output_limit(self, requested: int, notes: list[str]) -> int:
         """Clamp to the model's known output limit so a too-large setting is not a 400."""
-        limit = self.profile.max_output_tokens if self.profile else None
+        limit = self.price_sheet.max_output_tokens if self.price_sheet else None
         if limit is not None and requested > limit:
             notes.append(f"max_output_tokens {requested} clamped to the model's limit {limit}")
             return limit
@@ -261,13 +261,13 @@ class OpenAIChatClient(LLMClient):
         return client
 
     def _reasoning(self) -> bool:
-        if self.profile is not None:
-            return self.profile.reasoning
+        if self.price_sheet is not None:
+            return self.price_sheet.reasoning
         return self.provider == "openai" and bool(_OPENAI_REASONING_NAME.match(self.settings.model))
 
     def _accepts_temperature(self) -> bool:
-        if self.profile is not None:
-            return self.profile.accepts_temperature
+        if self.price_sheet is not None:
+            return self.price_sheet.accepts_temperature
         return not (self.provider == "openai" and self._reasoning())
 
     def _build_params(
@@ -288,7 +288,7 @@ class OpenAIChatClient(LLMClient):
             else:
                 notes.append(f"temperature left out: {s.model} does not accept one")
         if s.reasoning_effort is not None:
-            if self._reasoning() or s.provider == "openai-compatible" or self.profile is None:
+            if self._reasoning() or s.provider == "openai-compatible" or self.price_sheet is None:
                 params["reasoning_effort"] = s.reasoning_effort
             else:
                 notes.append(f"reasoning_effort left out: {s.model} is not a reasoning model")

@@ -99,7 +99,7 @@ class Usage:
 
 @dataclass(frozen=True)
 class LLMReply:
-    """A completed call. `cost_usd` is None when the model has no price profile (unknown, not free)."""
+    """A completed call. `cost_usd` is None when the model has no price sheet (unknown, not free)."""
 
     text: str
     usage: Usage

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from cudaforge.engine.gpus import GpuProfile
+from cudaforge.engine.gpus import GpuSpec
 from cudaforge.engine.profiling.result import KernelProfile, ProfileResult
 
 MEMORY_BOUND = "memory-bound"
@@ -141,7 +141,7 @@ class Evidence:
     metric: str  # an ncu metric name, or "derived:<what>" for values computed from several metrics
     value: float | None
     unit: str = ""
-    peak: float | None = None  # the GPU profile's peak for this quantity, same unit
+    peak: float | None = None  # the GPU spec's peak for this quantity, same unit
     threshold: float | None = None
     comparison: str = ""  # how the threshold was applied, e.g. ">=", "<"
     note: str = ""
@@ -343,7 +343,7 @@ def _severity(score: float) -> str:
 class _Kernel:
     """Derived quantities of one kernel, computed once."""
 
-    def __init__(self, k: KernelProfile, gpu: GpuProfile, share: float) -> None:
+    def __init__(self, k: KernelProfile, gpu: GpuSpec, share: float) -> None:
         self.k = k
         self.gpu = gpu
         self.share = share
@@ -509,7 +509,7 @@ def _finding(
     )
 
 
-def _memory_findings(kd: _Kernel, gpu: GpuProfile) -> list[PerfFinding]:
+def _memory_findings(kd: _Kernel, gpu: GpuSpec) -> list[PerfFinding]:
     out = []
     k = kd.k
     peak_bw = gpu.dram_bandwidth_gbs
@@ -602,7 +602,7 @@ def _memory_findings(kd: _Kernel, gpu: GpuProfile) -> list[PerfFinding]:
     return out
 
 
-def _compute_findings(kd: _Kernel, gpu: GpuProfile) -> list[PerfFinding]:
+def _compute_findings(kd: _Kernel, gpu: GpuSpec) -> list[PerfFinding]:
     out = []
     k = kd.k
     fp32_ev = _ev(k, FP32_PIPE, threshold=HIGH_UTILIZATION_PCT, comparison=">=")
@@ -665,7 +665,7 @@ def _compute_findings(kd: _Kernel, gpu: GpuProfile) -> list[PerfFinding]:
     return out
 
 
-def _occupancy_finding(kd: _Kernel, gpu: GpuProfile) -> PerfFinding | None:
+def _occupancy_finding(kd: _Kernel, gpu: GpuSpec) -> PerfFinding | None:
     occ = kd.theoretical
     if occ is None or occ >= LOW_OCCUPANCY_PCT or kd.blocks_per_sm is None:
         return None
@@ -740,7 +740,7 @@ def _stall_finding(kd: _Kernel) -> PerfFinding | None:
     )
 
 
-def _launch_findings(kd: _Kernel, gpu: GpuProfile) -> list[PerfFinding]:
+def _launch_findings(kd: _Kernel, gpu: GpuSpec) -> list[PerfFinding]:
     out = []
     k = kd.k
     if kd.duration is not None and kd.duration < TINY_KERNEL_US:
@@ -820,33 +820,33 @@ def _divergence_finding(kd: _Kernel) -> PerfFinding | None:
     )
 
 
-def analyze(profile_result: ProfileResult, gpu_profile: GpuProfile) -> Analysis:
+def analyze(profile_result: ProfileResult, gpu_spec: GpuSpec) -> Analysis:
     """Classify each profiled kernel and rank the findings by the share of GPU time at stake."""
     notes = []
     for req, used in profile_result.substitutions.items():
         notes.append(f"{req} measured as {used}")
     if profile_result.absent_metrics:
         notes.append("absent on this GPU: " + ", ".join(profile_result.absent_metrics))
-    if gpu_profile.missing_fields:
+    if gpu_spec.missing_fields:
         notes.append(
-            f"GPU profile lacks {', '.join(gpu_profile.missing_fields)}: comparisons with those peaks skipped"
+            f"GPU spec lacks {', '.join(gpu_spec.missing_fields)}: comparisons with those peaks skipped"
         )
     shares = profile_result.kernel_time_shares()
     kernels: list[KernelAnalysis] = []
     findings: list[PerfFinding] = []
     for k, share in zip(profile_result.kernels, shares, strict=True):
-        kd = _Kernel(k, gpu_profile, share)
+        kd = _Kernel(k, gpu_spec, share)
         bottleneck, reason = classify(kd)
         kf: list[PerfFinding] = []
         if bottleneck == LAUNCH_BOUND:
-            kf += _launch_findings(kd, gpu_profile)
+            kf += _launch_findings(kd, gpu_spec)
         else:
             if bottleneck == MEMORY_BOUND:
-                kf += _memory_findings(kd, gpu_profile)
+                kf += _memory_findings(kd, gpu_spec)
             elif bottleneck == COMPUTE_BOUND:
-                kf += _compute_findings(kd, gpu_profile)
+                kf += _compute_findings(kd, gpu_spec)
             elif bottleneck in (LATENCY_BOUND, UNKNOWN):  # occupancy needs only launch__* metrics
-                occ = _occupancy_finding(kd, gpu_profile)
+                occ = _occupancy_finding(kd, gpu_spec)
                 if occ:
                     kf.append(occ)
             stall = _stall_finding(kd)
@@ -858,7 +858,7 @@ def analyze(profile_result: ProfileResult, gpu_profile: GpuProfile) -> Analysis:
             div = _divergence_finding(kd)
             if div:
                 kf.append(div)
-            kf += _launch_findings(kd, gpu_profile)
+            kf += _launch_findings(kd, gpu_spec)
         kf.sort(key=lambda f: -f.score)
         findings += kf
         kernels.append(
@@ -871,8 +871,8 @@ def analyze(profile_result: ProfileResult, gpu_profile: GpuProfile) -> Analysis:
                 bottleneck=bottleneck,
                 reason=reason,
                 dram_gbs=kd.dram_gbs,
-                dram_pct_of_peak=(kd.dram_gbs / gpu_profile.dram_bandwidth_gbs * 100)
-                if kd.dram_gbs is not None and gpu_profile.dram_bandwidth_gbs
+                dram_pct_of_peak=(kd.dram_gbs / gpu_spec.dram_bandwidth_gbs * 100)
+                if kd.dram_gbs is not None and gpu_spec.dram_bandwidth_gbs
                 else kd.dram_pct,
                 fp32_tflops=kd.tflops,
                 fp32_pct_of_peak=kd.flop_pct,
@@ -915,7 +915,7 @@ def analyze(profile_result: ProfileResult, gpu_profile: GpuProfile) -> Analysis:
         )
     findings.sort(key=lambda f: -f.score)
     return Analysis(
-        gpu=gpu_profile.name,
+        gpu=gpu_spec.name,
         kernels=tuple(kernels),
         findings=tuple(findings),
         total_time_us=profile_result.total_time_us,

@@ -372,7 +372,7 @@ def run_profile(
 ) -> ProfileResult:
     """Profile `target_argv` (the worker in profile mode) under ncu and return the result.
 
-    `chip` (e.g. "gh100", from the GPU profile) selects the metric availability list; empty means
+    `chip` (e.g. "gh100", from the GPU spec) selects the metric availability list; empty means
     "ask the local device". ncu's output files go to `work_dir` (a temp dir when None). The caller
     decides whether profiling is enabled; this function always tries.
     """

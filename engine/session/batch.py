@@ -61,7 +61,7 @@ def find_tasks(targets: Sequence[str | Path]) -> list[Path]:
 
 def estimate_cost(config: Config, n_tasks: int) -> tuple[float | None, str]:
     """(dollars or None if a model is unpriced, a one-line explanation). An upper-end estimate."""
-    from cudaforge.engine.llm.profiles import price_of
+    from cudaforge.engine.llm.prices import price_of
 
     rounds = int(config.get("session", "rounds"))
     parts, total = [], 0.0
@@ -72,7 +72,7 @@ def estimate_cost(config: Config, n_tasks: int) -> tuple[float | None, str]:
         price = price_of(str(table.get("model", "")), usage, provider=table.get("provider"),
                          base_url=table.get("base_url"))
         if price is None:
-            return None, f"{role} model {table.get('model')!r} has no price profile; cost unknown"
+            return None, f"{role} model {table.get('model')!r} has no price sheet; cost unknown"
         total += price * rounds * n_tasks
         parts.append(f"{role} ~{usage.input_tokens + usage.output_tokens} tokens/round at ${price:.3f}")
     text = (f"estimate: {n_tasks} tasks x {rounds} rounds; " + "; ".join(parts or ["no LLM calls"])

@@ -1,7 +1,7 @@
 """Build a Session from a task and the configuration, or from a run folder to resume it.
 
 This is where the configuration turns into parts: the evaluator and (on CUDA, with ncu enabled)
-the profiler, the GPU profile, the Coder and Judge clients (or manual mode and the heuristic
+the profiler, the GPU spec, the Coder and Judge clients (or manual mode and the heuristic
 Judge when no LLM is configured), the ledger with its dollar cap, and the run folder.
 """
 
@@ -15,7 +15,7 @@ from cudaforge.engine.backend import (
     EvalBackend,
     ProfileBackend,
     SessionBackend,
-    device_gpu_profile,
+    device_gpu_spec,
     local_parts,
 )
 from cudaforge.engine.config import Config, config_from_data, config_to_data
@@ -39,7 +39,7 @@ class Parts:
 
     evaluator: EvalBackend
     profiler: ProfileBackend | None
-    gpu_profile: Any
+    gpu_spec: Any
     coder: Any
     judge: Any
     mode: str
@@ -54,27 +54,27 @@ def llm_configured(config: Config, role: str) -> bool:
 
 def build_parts(config: Config, *, mode: str | None = None, env: dict[str, str] | None = None,
                 backend: SessionBackend | None = None) -> Parts:
-    """Evaluator, profiler, GPU profile and agents for a configuration. Missing API keys raise
+    """Evaluator, profiler, GPU spec and agents for a configuration. Missing API keys raise
     ConfigError here, before anything runs. `backend` (a batch's Ray cluster) supplies the evaluator,
-    profiler and GPU profile instead of this host."""
+    profiler and GPU spec instead of this host."""
     mode = mode or config.get("session", "mode")
     device = config.get("eval", "device")
     if backend is not None:
-        gpu_profile = backend.gpu_profile
+        gpu_spec = backend.gpu_spec
         evaluator, profiler = backend.session_parts(config)
     else:
-        gpu_profile = device_gpu_profile(config)
-        evaluator, profiler = local_parts(config, gpu_profile)
+        gpu_spec = device_gpu_spec(config)
+        evaluator, profiler = local_parts(config, gpu_spec)
     fmt = config.get("session", "format")
     if device == "cpu" and fmt not in ("cpu", "triton"):
         fmt = "cpu"  # a CPU device runs C++ candidates, and Triton ones in Triton's interpreter
-    gpu_summary = _gpu_summary(gpu_profile, device)
+    gpu_summary = _gpu_summary(gpu_spec, device)
     notices: list[str] = []
     coder = judge = None
     if mode != "manual" and llm_configured(config, "coder"):
         from cudaforge.engine.agents import Coder
         from cudaforge.engine.llm import LLMSettings, make_client, provider_notice
-        from cudaforge.engine.llm.profiles import deprecation_notice
+        from cudaforge.engine.llm.prices import deprecation_notice
 
         settings = LLMSettings.from_table(dict(config.section("coder")), section="coder", source="config")
         coder = Coder(make_client(settings, env=env), format=fmt, gpu_summary=gpu_summary)
@@ -86,28 +86,28 @@ def build_parts(config: Config, *, mode: str | None = None, env: dict[str, str] 
     if llm_configured(config, "judge"):
         from cudaforge.engine.agents import Judge
         from cudaforge.engine.llm import LLMSettings, make_client, provider_notice
-        from cudaforge.engine.llm.profiles import deprecation_notice
+        from cudaforge.engine.llm.prices import deprecation_notice
 
         settings = LLMSettings.from_table(dict(config.section("judge")), section="judge", source="config")
         judge = Judge(make_client(settings, env=env), gpu_summary=gpu_summary)
         notices.append(provider_notice(settings, role="Judge"))
         notices.append(deprecation_notice(settings.model, role="Judge") or "")
-    return Parts(evaluator, profiler, gpu_profile, coder, judge, mode, fmt, " ".join(n for n in notices if n))
+    return Parts(evaluator, profiler, gpu_spec, coder, judge, mode, fmt, " ".join(n for n in notices if n))
 
 
-def _gpu_summary(gpu_profile: Any, device: str) -> str:
+def _gpu_summary(gpu_spec: Any, device: str) -> str:
     if device == "cpu":
         return "CPU device: candidates are C++ extensions (cpp_sources only) run on the host."
-    if gpu_profile is None:
+    if gpu_spec is None:
         return ""
-    summary = getattr(gpu_profile, "summary", None)
-    return summary() if callable(summary) else str(getattr(gpu_profile, "name", ""))
+    summary = getattr(gpu_spec, "summary", None)
+    return summary() if callable(summary) else str(getattr(gpu_spec, "name", ""))
 
 
 def _gpu_info(parts: Parts, config: Config) -> dict[str, Any] | None:
     if config.get("eval", "device") != "cuda":
         return {"device": "cpu"}
-    p = parts.gpu_profile
+    p = parts.gpu_spec
     return {"device": "cuda", "index": config.get("eval", "gpu"), "name": getattr(p, "name", None),
             "chip": getattr(p, "chip", None)}
 
@@ -181,6 +181,6 @@ def _session(task: Task, store: RunStore, config: Config, parts: Parts, driver: 
         raise ConfigError("manual mode needs a person at the keyboard: use cudaforge-tui, or --mode review "
                           "in a terminal, or configure a [coder] LLM for --auto")
     return Session(task, store=store, evaluator=parts.evaluator, profiler=parts.profiler, coder=parts.coder,
-                   judge=parts.judge, gpu_profile=parts.gpu_profile, policy=policy, mode=parts.mode,
+                   judge=parts.judge, gpu_spec=parts.gpu_spec, policy=policy, mode=parts.mode,
                    format=parts.format, driver=driver, on_event=on_event,
                    ledger=ledger or UsageLedger(policy.dollars), notice=parts.notice)

@@ -97,7 +97,7 @@ class RayPool:
         self.max_retries = int(config.get("batch", "max_retries"))
         self.config_data = _evaluation_config(config)
         self.on_notice = on_notice
-        self.gpu_profile: Any = None
+        self.gpu_spec: Any = None
         self.retries = 0
         self.unavailable = False  # set once no node could take work any more (the batch stays resumable)
         self._actors: dict[tuple[str, int], _Actor] = {}
@@ -325,8 +325,8 @@ class RayPool:
             if info.get("version") != _version():
                 self._notice("warning", f"ray: {placement.label} runs cudaforge {info.get('version')}, this driver "
                                         f"{_version()}: install the same version on every node")
-            if self.gpu_profile is None:
-                self.gpu_profile = info.get("gpu_profile")
+            if self.gpu_spec is None:
+                self.gpu_spec = info.get("gpu_spec")
             self._actors[key] = _Actor(key, handle, placement, slots)
             if self._running:
                 self._notice("info", f"ray: new actor on {placement.label}")

@@ -116,7 +116,7 @@ class Session:
         profiler: ProfileBackend | None = None,
         coder: Coder | None = None,
         judge: Judge | None = None,
-        gpu_profile: Any = None,
+        gpu_spec: Any = None,
         policy: SessionPolicy | None = None,
         mode: str = "review",
         format: str = "nvrtc",
@@ -135,7 +135,7 @@ class Session:
         self.profiler = profiler
         self.coder = coder
         self.judge = judge
-        self.gpu_profile = gpu_profile
+        self.gpu_spec = gpu_spec
         self.policy = policy or SessionPolicy()
         self.mode = mode
         self.format = format
@@ -374,16 +374,16 @@ class Session:
         from cudaforge.engine.agents.offline_judge import NO_PROFILE, OfflineJudge
 
         analysis = self._analysis(record) or Analysis(
-            gpu=getattr(self.gpu_profile, "name", "") or "cpu", profile_ok=False, profile_message=NO_PROFILE)
+            gpu=getattr(self.gpu_spec, "name", "") or "cpu", profile_ok=False, profile_message=NO_PROFILE)
         reply = OfflineJudge().recommend(analysis, result)
         return {"subject_round": subject, "mode": reply.mode, "text": reply.as_text(), "source": "heuristic",
                 "reply": reply.to_dict()}
 
     def _analysis(self, record: RoundRecord) -> Analysis | None:
         """The analysis of a stored profile (recomputed: it is cheap and deterministic)."""
-        if record.profile is None or self.gpu_profile is None or not record.profile.ok:
+        if record.profile is None or self.gpu_spec is None or not record.profile.ok:
             return None
-        return analyze(record.profile, self.gpu_profile)
+        return analyze(record.profile, self.gpu_spec)
 
     # ---- candidate stage ----------------------------------------------------------------------
     async def _candidate_stage(self, n: int, parent: int | None, recommendation: str | None) -> Candidate | None:
@@ -517,8 +517,8 @@ class Session:
         self._phase(n, "profiling", "Nsight Compute")
         profile = await self.profiler.profile(self.task, candidate)
         analysis: Analysis | None = None
-        if profile.ok and self.gpu_profile is not None:
-            analysis = analyze(profile, self.gpu_profile)
+        if profile.ok and self.gpu_spec is not None:
+            analysis = analyze(profile, self.gpu_spec)
         elif not profile.ok:
             self._emit(Notice("warning", f"profile of round {n}: {profile.message}"))
         self.store.put(n, "profile", {"profile": profile.to_dict(),

@@ -1,6 +1,6 @@
-"""Model profiles (profiles/models/*.toml): prices per million tokens and context/output limits.
+"""Price sheets (profiles/models/*.toml): prices per million tokens and context/output limits.
 
-A model without a profile, or a profile without a price, costs None ("unknown"), never zero,
+A model without a sheet, or a sheet without a price, costs None ("unknown"), never zero,
 so a budget is not silently treated as untouched.
 """
 
@@ -31,13 +31,13 @@ _KEYS = (
     "price_source",
     "notes",
 )
-# Dated snapshots ("gpt-5-mini-2025-08-07", "claude-sonnet-4-5-20250929") share their base's profile.
+# Dated snapshots ("gpt-5-mini-2025-08-07", "claude-sonnet-4-5-20250929") share their base's sheet.
 _SNAPSHOT_SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|latest)$")
-LOCAL_PROFILE = "local"
+LOCAL_PRICE_SHEET = "local"
 
 
 @dataclass(frozen=True)
-class ModelProfile:
+class PriceSheet:
     """What we know about one model; every price is dollars per million tokens, None = unknown."""
 
     name: str
@@ -79,7 +79,7 @@ class ModelProfile:
         return dollars / 1_000_000
 
 
-def _parse_profile(name: str, table: Mapping[str, Any], source: str) -> ModelProfile:
+def _parse_price_sheet(name: str, table: Mapping[str, Any], source: str) -> PriceSheet:
     for key in table:
         if key not in _KEYS:
             raise ConfigError(f"{source}: [models.\"{name}\"] unknown key '{key}'")
@@ -93,44 +93,44 @@ def _parse_profile(name: str, table: Mapping[str, Any], source: str) -> ModelPro
     values["aliases"] = tuple(values.get("aliases", ()))
     if "provider" not in values:
         raise ConfigError(f'{source}: [models."{name}"] needs provider')
-    return ModelProfile(name=name, **values)
+    return PriceSheet(name=name, **values)
 
 
-def parse_profiles(text: str, source: str) -> dict[str, ModelProfile]:
-    """Profiles from one TOML document (`[models."name"]` tables)."""
+def parse_price_sheets(text: str, source: str) -> dict[str, PriceSheet]:
+    """Sheets from one TOML document (`[models."name"]` tables)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     models = data.get("models", {})
-    return {name: _parse_profile(name, table, source) for name, table in models.items()}
+    return {name: _parse_price_sheet(name, table, source) for name, table in models.items()}
 
 
 @functools.cache
-def load_model_profiles() -> dict[str, ModelProfile]:
-    """All shipped profiles, read once from package data `cudaforge.profiles/models/*.toml`."""
-    profiles: dict[str, ModelProfile] = {}
+def load_price_sheets() -> dict[str, PriceSheet]:
+    """All shipped sheets, read once from package data `cudaforge.profiles/models/*.toml`."""
+    sheets: dict[str, PriceSheet] = {}
     folder = resources.files("cudaforge.profiles").joinpath("models")
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".toml"):
-            profiles.update(
-                parse_profiles(entry.read_text(encoding="utf-8"), f"profiles/models/{entry.name}")
+            sheets.update(
+                parse_price_sheets(entry.read_text(encoding="utf-8"), f"profiles/models/{entry.name}")
             )
-    return profiles
+    return sheets
 
 
-def find_profile(model: str, profiles: Mapping[str, ModelProfile] | None = None) -> ModelProfile | None:
-    """The profile of `model`: exact name, alias, dated snapshot of a known name, or None."""
-    table = load_model_profiles() if profiles is None else profiles
+def find_price_sheet(model: str, sheets: Mapping[str, PriceSheet] | None = None) -> PriceSheet | None:
+    """The sheet of `model`: exact name, alias, dated snapshot of a known name, or None."""
+    table = load_price_sheets() if sheets is None else sheets
     candidates = [model]
     if "/" in model:  # "openai/gpt-5" as written for routers
         candidates.append(model.rsplit("/", 1)[1])
     for name in candidates:
         if name in table:
             return table[name]
-        for profile in table.values():
-            if name in profile.aliases:
-                return profile
+        for sheet in table.values():
+            if name in sheet.aliases:
+                return sheet
         base = _SNAPSHOT_SUFFIX.sub("", name)
         if base != name and base in table:
             return table[base]
@@ -143,20 +143,20 @@ def price_of(
     *,
     provider: str | None = None,
     base_url: str | None = None,
-    profiles: Mapping[str, ModelProfile] | None = None,
+    sheets: Mapping[str, PriceSheet] | None = None,
 ) -> float | None:
     """Dollars for `usage` on `model`, or None when unknown.
 
     A model served by an OpenAI-compatible server on this machine falls back to the `local`
-    profile (free to call) when it has no profile of its own; the same model name on a remote
+    sheet (free to call) when it has no sheet of its own; the same model name on a remote
     server stays unknown, because someone is probably billing for it.
     """
-    profile = find_profile(model, profiles)
-    unpriced = profile is None or not profile.priced
+    sheet = find_price_sheet(model, sheets)
+    unpriced = sheet is None or not sheet.priced
     if unpriced and provider == "openai-compatible" and base_url and is_loopback_url(base_url):
-        table = load_model_profiles() if profiles is None else profiles
-        profile = table.get(LOCAL_PROFILE)
-    return None if profile is None else profile.cost(usage)
+        table = load_price_sheets() if sheets is None else sheets
+        sheet = table.get(LOCAL_PRICE_SHEET)
+    return None if sheet is None else sheet.cost(usage)
 
 
 def deprecated_models() -> Mapping[str, str]:
