@@ -238,3 +238,21 @@ def test_cost_estimate_uses_model_prices(tmp_path: Path) -> None:
     unpriced = load_config(None, {"coder.provider": "openai", "coder.model": "mystery-model"}, cwd=tmp_path,
                            use_user_config=False)
     assert estimate_cost(unpriced, 4)[0] is None
+
+
+def test_calls_of_a_stored_draft_are_restored_to_the_call_log(tmp_path: Path) -> None:
+    """A crash between storing an agent's draft and appending its calls: opening the run puts the calls
+    back into calls.jsonl (once), so their cost counts and the call is not made again."""
+    from cudaforge.engine.llm.types import CallRecord, Message, Usage
+    from cudaforge.engine.task import load_task
+
+    store = RunStore.create(tmp_path, load_task(TASK), config={}, mode="auto")
+    record = CallRecord(call_id="coder-abc", agent="coder", purpose="seed", round=1, attempt=1, provider="openai",
+                        model="gpt-5", started_at=1.0, latency_s=0.5, system="s", messages=(Message("user", "u"),),
+                        params={}, reply_text="r", usage=Usage(input_tokens=10, output_tokens=5), cost_usd=0.01)
+    store.put(1, "coder-1", {"source": None, "records": [record.to_dict()]})
+    store.put(1, "judge-1", {"reply": {"records": []}})
+    assert store.calls() == []
+    assert store.reconcile_calls() == 1 and store.reconcile_calls() == 0
+    [restored] = store.calls()
+    assert restored.call_id == "coder-abc" and restored.cost_usd == 0.01

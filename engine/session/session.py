@@ -150,6 +150,9 @@ class Session:
         self._replayed: dict[tuple[int, str], int] = {}  # stored decisions consumed, per round and point
         self._started = time.monotonic()
         self._prior_active_s = float(store.state.get("active_s", 0.0))
+        self._pending_calls: list[CallRecord] = []
+        if not store.read_only:
+            store.reconcile_calls()
         if not self.ledger.records:
             self.ledger.extend(store.calls())  # a resumed session's spend counts against its caps
         for agent in (coder, judge):
@@ -320,6 +323,7 @@ class Session:
                     continue
                 draft = await self._judge_draft(n, parent)
                 self.store.put(n, f"judge-{k}", draft)
+                self._flush_calls()
                 replayed = False
             else:
                 replayed = True
@@ -412,6 +416,7 @@ class Session:
                     # Not stored when it would repeat: a session resumed after the fix asks again.
                     _stop_if_repeating("Coder", draft.get("error"))
                     self.store.put(n, f"coder-{k}", draft)
+                    self._flush_calls()
                 source, explanation = draft.get("source"), draft.get("explanation", "")
                 if source is None:
                     err = (draft.get("error") or {}).get("message", "no usable module")
@@ -637,14 +642,23 @@ class Session:
         self._emit(PhaseChanged(n, phase, time.time(), detail))
 
     def _record_call(self, record: CallRecord) -> None:
-        self.store.append_call(record)
+        """Held until the agent's draft is stored (_flush_calls): calls.jsonl then never lists a call whose
+        reply a resumed session cannot find, so no completed call is made twice; the draft carries its
+        records too, and RunStore.reconcile_calls restores any a crash kept out of calls.jsonl."""
+        self._pending_calls.append(record)
         self._emit_usage()
+
+    def _flush_calls(self) -> None:
+        pending, self._pending_calls = self._pending_calls, []
+        for record in pending:
+            self.store.append_call(record)
 
     def _emit_usage(self) -> None:
         total = self.ledger.total()
         self._emit(UsageUpdated(total.usage.total_tokens, total.cost_usd, total.cost_known, total.calls))
 
     def _finish(self, reason: StopReason, message: str) -> SessionStopped:
+        self._flush_calls()  # calls whose draft was not stored (a stop for a failure that repeats)
         status = "finished" if reason in ("max_rounds", "target_speedup", "plateau") else "stopped"
         rounds_done = sum(1 for n in self.store.round_numbers() if (self.store.get(n, "round") or {}).get("finished"))
         self.store.save_state(status=status, stop_reason=reason, stop_message=message,

@@ -238,6 +238,25 @@ class RunStore:
             fh.flush()
             os.fsync(fh.fileno())
 
+    def reconcile_calls(self) -> int:
+        """Append to calls.jsonl the call records of stored agent drafts that it lacks (a crash between
+        storing a draft and appending its calls); returns how many were added."""
+        known = {c.call_id for c in self.calls()}
+        added = 0
+        for n in self.round_numbers():
+            for path in sorted(self.round_dir(n).glob("*-*.json")):
+                if not path.stem.startswith(("coder-", "judge-")):
+                    continue
+                with contextlib.suppress(OSError, ValueError):
+                    draft = read_json(path)
+                    for raw in (draft.get("reply") or draft).get("records") or []:
+                        if isinstance(raw, dict) and raw.get("call_id") and raw["call_id"] not in known:
+                            with contextlib.suppress(TypeError, KeyError, ValueError):
+                                self.append_call(CallRecord.from_dict(raw))
+                                known.add(raw["call_id"])
+                                added += 1
+        return added
+
     def calls(self) -> list[CallRecord]:
         path = self.path / "calls.jsonl"
         if not path.exists():
