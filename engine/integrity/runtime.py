@@ -69,9 +69,9 @@ def fallback_rule(reference: Mapping[str, tuple[int, float]], library: Mapping[s
             "own_share": round(own_share, 4) if own_share is not None else None, "kernels": sorted(reference)[:10]}
 
 
-def _cuda_kernel_totals(prof: Any) -> dict[str, tuple[int, float]]:
+def cuda_kernel_totals(prof: Any) -> dict[str, tuple[int, float]]:
     """name -> (launches, device µs) of the CUDA kernels in a torch.profiler run (the same filter as the
-    candidate's kernel list in evaluate.check_custom_code)."""
+    candidate's kernel list in the worker's kernel check, which reads it from here)."""
     totals: dict[str, tuple[int, float]] = {}
     for evt in prof.key_averages():
         dev_time = getattr(evt, "device_time_total", None)
@@ -130,7 +130,7 @@ def fallback_finding(run_reference: Callable[[], Any], run_candidate: Callable[[
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             run_reference()
         # Memsets and copies are not kernels of the computation (cuBLAS may clear a workspace on some calls).
-        reference = {n: v for n, v in _cuda_kernel_totals(prof).items() if not n.startswith(("Memset", "Memcpy"))}
+        reference = {n: v for n, v in cuda_kernel_totals(prof).items() if not n.startswith(("Memset", "Memcpy"))}
         library = {k["name"]: (int(k["count"]), float(k["device_time_us"])) for k in kernels if not k["custom"]}
         custom_us: float | None = sum(float(k["device_time_us"]) for k in kernels if k["custom"])
         where, unit = "kernels", "device_us"

@@ -341,16 +341,7 @@ def check_custom_code(job: EvalJob, recorder: BuildRecorder, model_new: Any, inp
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             _run_candidate(model_new, clone_inputs(inputs), device)
         custom_names = _candidate_kernel_names(Path(job.candidate_path).read_text())
-        totals: dict[str, list[float]] = {}
-        for evt in prof.key_averages():
-            dev_time = getattr(evt, "device_time_total", None)
-            if dev_time is None:
-                dev_time = getattr(evt, "cuda_time_total", 0.0)
-            if not dev_time or evt.key.startswith("cudaforge") or evt.key in ("Memcpy DtoD (Device -> Device)",):
-                continue
-            if getattr(evt, "device_type", None) is not None and "CUDA" not in str(evt.device_type):
-                continue
-            totals[evt.key] = [totals.get(evt.key, [0, 0.0])[0] + evt.count, totals.get(evt.key, [0, 0.0])[1] + dev_time]
+        totals = runtime_checks.cuda_kernel_totals(prof)
         grand = sum(v[1] for v in totals.values()) or 1.0
         for name, (count, us) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
             custom = any(c in name for c in custom_names)
