@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,18 +30,10 @@ class FitCheck:
 
 def card_free_bytes(gpu: int) -> int | None:
     """Free memory of CUDA device `gpu` from nvidia-smi (None when nvidia-smi is missing or fails)."""
-    from cudaforge.engine.gpus import _smi_device_selector
+    from cudaforge.engine.gpus import query_nvidia_smi
 
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None
-    with contextlib.suppress(Exception):
-        out = subprocess.run([smi, "-i", _smi_device_selector(gpu), "--query-gpu=memory.free",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20,
-                             check=False)
-        if out.returncode == 0 and out.stdout.strip():
-            return int(float(out.stdout.strip().splitlines()[0])) << 20  # MiB
-    return None
+    props = query_nvidia_smi(gpu)
+    return props.get("free_memory") if props else None
 
 
 async def task_footprint(task_path: str | Path, *, python: str, seed: int = 42, precision: str = "fp32",

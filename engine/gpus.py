@@ -474,13 +474,14 @@ def query_nvidia_smi(
 ) -> dict[str, Any] | None:
     """Name, CC, memory and max SM clock of one GPU from nvidia-smi, without creating a CUDA context
     in this process. Returns torch-style property names (name, major, minor, total_memory,
-    clock_rate in kHz) plus driver_version, or None when nvidia-smi is missing or fails."""
+    clock_rate in kHz) plus driver_version and free_memory (bytes free now, when reported), or None
+    when nvidia-smi is missing or fails."""
     smi = which("nvidia-smi")
     if smi is None:
         return None
     argv = [
         smi,
-        "--query-gpu=name,compute_cap,memory.total,clocks.max.sm,driver_version",
+        "--query-gpu=name,compute_cap,memory.total,clocks.max.sm,driver_version,memory.free",
         "--format=csv,noheader,nounits",
         "-i",
         _smi_device_selector(index),
@@ -504,6 +505,8 @@ def query_nvidia_smi(
         props["total_memory"] = int(mem_mib) * 2**20
     if clock_mhz.isdigit():
         props["clock_rate"] = int(clock_mhz) * 1000
+    if len(parts) > 5 and parts[5].isdigit():
+        props["free_memory"] = int(parts[5]) * 2**20
     return props
 
 

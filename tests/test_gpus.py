@@ -233,7 +233,7 @@ def test_profile_for_device_without_gpu_is_none() -> None:
 
 def test_nvidia_smi_index_follows_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
-    run, calls = _smi("NVIDIA L4, 8.9, 23034, 2040, 550.1\n")
+    run, calls = _smi("NVIDIA L4, 8.9, 23034, 2040, 550.1, 20000\n")
     props = query_nvidia_smi(1, run=run, which=lambda name: "nvidia-smi")
     assert calls[0][-1] == "1"
     assert props == {
@@ -243,4 +243,5 @@ def test_nvidia_smi_index_follows_cuda_visible_devices(monkeypatch: pytest.Monke
         "minor": 9,
         "total_memory": 23034 * 2**20,
         "clock_rate": 2_040_000,
+        "free_memory": 20000 * 2**20,
     }
