@@ -30,6 +30,7 @@ from typing import Any
 from cudaforge.engine.integrity.registry import finding
 from cudaforge.engine.results import Finding
 from cudaforge.engine.worker.harness import EXT_RANGE, custom_launches
+from cudaforge.engine.worker.memory import CHUNK_ELEMENTS
 
 # ------------------------------------------------------------------ pytorch_fallback
 
@@ -328,7 +329,6 @@ def clock_findings(pairs: Mapping[str, tuple[float, float]]) -> list[Finding]:
 # ------------------------------------------------------------------ weak task check
 
 
-_PROBE_CHUNK = 1 << 24  # elements per slice (128 MiB in float64)
 
 
 class FixedValueProbe:
@@ -357,8 +357,8 @@ class FixedValueProbe:
         for k, t in floats.items():
             lo, hi = float("-inf"), float("inf")
             flat = t.detach().reshape(-1)
-            for start in range(0, flat.numel(), _PROBE_CHUNK):  # in slices: no full-size temporaries
-                e = flat[start:start + _PROBE_CHUNK].double()
+            for start in range(0, flat.numel(), CHUNK_ELEMENTS):  # in slices: no full-size temporaries
+                e = flat[start:start + CHUNK_ELEMENTS].double()
                 if not bool(torch.isfinite(e).all()):
                     self.possible = False
                     return

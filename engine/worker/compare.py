@@ -6,8 +6,9 @@ from typing import Any
 
 import torch
 from cudaforge.engine.results import OutputCheck, WorstElement
+from cudaforge.engine.worker.memory import CHUNK_ELEMENTS
 
-_CHUNK = 1 << 24  # elements per compared slice: ~0.4 GiB of fp32 temporaries at most (engine/worker/memory.py)
+_CHUNK = CHUNK_ELEMENTS  # elements per compared slice: ~0.4 GiB of fp32 temporaries at most
 
 DEFAULT_TOLERANCE = {"fp32": (1e-4, 1e-4), "fp16": (1e-2, 1e-2), "bf16": (2e-2, 2e-2)}
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 GIB = 1 << 30
 SLACK_BYTES = GIB  # the L2 flush buffer, CUDA/cuBLAS workspaces, compare chunks
 FACTOR = 3  # evaluation peak <= FACTOR x reference peak + SLACK_BYTES
-CHUNK_ELEMENTS = 1 << 24  # fingerprints work in 16M-element slices (a few 128 MB int64 temporaries)
+CHUNK_ELEMENTS = 1 << 24  # elements per slice of a whole-tensor pass (fingerprints, compares, the fixed-value probe)
 
 # Which side is allocating right now: named in an out-of-memory message.
 _SIDE: list[str] = ["harness"]
