@@ -240,11 +240,14 @@ def check_cache_reuse(
         del mixed
     else:
         del b
+    # The new-memory probe's inputs are allocated while the last probe's are still alive, so they cannot
+    # land at the same addresses (a cache keyed on pointers would otherwise see "the same memory").
+    fresh = make_inputs(seed + 2)
+    fresh_work = clone(fresh)
     del work
     w = v = m = None  # the loops' names would keep the last input sets alive
-    fresh = make_inputs(seed + 2)
-    probe("new_memory", fresh, clone(fresh), "fail")
-    del fresh
+    probe("new_memory", fresh, fresh_work, "fail")
+    del fresh, fresh_work
     if constant is None:
         constant = last_constant[0]
     if constant is not None:
