@@ -28,9 +28,9 @@ from cudaforge.engine.task import Task
 from cudaforge.engine.worker.job import EvalJob, Mode, WorkerReport
 
 PHASE_GROUPS = {
-    "gpu_wait_s": ("gpu_wait",),
-    "load_s": ("start", "load_task", "build", "init"),
-    "correctness_s": ("correctness", "kernels", "shapes"),
+    "gpu_wait_s": ("gpu_wait", "context_wait"),
+    "load_s": ("start", "context", "load_task", "build", "init"),
+    "correctness_s": ("place", "reference", "correctness", "kernels", "fallback", "cache_probes", "shapes"),
     "timing_s": ("timing", "compile_baseline"),
     "profile_s": ("profile",),
 }

@@ -29,11 +29,17 @@ class FitCheck:
 
 
 def card_free_bytes(gpu: int) -> int | None:
-    """Free memory of CUDA device `gpu` from nvidia-smi (None when nvidia-smi is missing or fails)."""
+    """Memory of CUDA device `gpu` free for an evaluation, from nvidia-smi: free now plus what our own workers
+    hold (None when nvidia-smi is missing or fails)."""
+    from cudaforge.engine.gpu_lock import cudaforge_gpu_bytes
     from cudaforge.engine.gpus import query_nvidia_smi
 
     props = query_nvidia_smi(gpu)
-    return props.get("free_memory") if props else None
+    free = props.get("free_memory") if props else None
+    if free is None:
+        return None
+    # Our own workers (another session of a batch, say) free theirs before they give the GPU lock up.
+    return int(free) + cudaforge_gpu_bytes(gpu)
 
 
 async def task_footprint(task_path: str | Path, *, python: str, seed: int = 42, precision: str = "fp32",

@@ -61,9 +61,7 @@ def process_command(pid: int, limit: int = 120) -> str:
     return raw.replace(b"\0", b" ").decode(errors="replace").strip()[:limit]
 
 
-def foreign_gpu_processes(gpu: int, exclude: Iterable[int] = ()) -> list[dict[str, object]]:
-    """Compute processes on `gpu` that are not ours: not this process, not `exclude`, and not a cudaforge
-    worker or spare of this user (another session's, say); each with pid, command and memory (MiB)."""
+def _compute_apps(gpu: int) -> list[dict[str, object]]:
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return []
@@ -72,9 +70,23 @@ def foreign_gpu_processes(gpu: int, exclude: Iterable[int] = ()) -> list[dict[st
                               "-i", str(gpu)], capture_output=True, text=True, timeout=5, check=False).stdout
     except (OSError, subprocess.TimeoutExpired):
         return []
+    return parse_compute_apps(out)
+
+
+def cudaforge_gpu_bytes(gpu: int) -> int:
+    """Device memory that this user's other cudaforge workers and spares hold on `gpu` (0 when nvidia-smi
+    cannot tell): they free it before they give the GPU lock up, so a fit check counts it as free."""
+    me = os.getpid()
+    return sum(int(row["memory_mib"] or 0) << 20 for row in _compute_apps(gpu)  # type: ignore[call-overload]
+               if row["pid"] != me and is_cudaforge_process(int(row["pid"])))  # type: ignore[call-overload]
+
+
+def foreign_gpu_processes(gpu: int, exclude: Iterable[int] = ()) -> list[dict[str, object]]:
+    """Compute processes on `gpu` that are not ours: not this process, not `exclude`, and not a cudaforge
+    worker or spare of this user (another session's, say); each with pid, command and memory (MiB)."""
     skip = {os.getpid(), *exclude}
     others = []
-    for row in parse_compute_apps(out):
+    for row in _compute_apps(gpu):
         pid = int(row["pid"])  # type: ignore[call-overload]
         if pid in skip or is_cudaforge_process(pid):
             continue

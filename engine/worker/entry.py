@@ -123,7 +123,7 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
         mark[0] = now
 
     import torch
-    from cudaforge.engine.worker import pipeline  # noqa: F401 - imported for its side effect: the evaluation code is loaded
+    from cudaforge.engine.worker import pipeline  # the evaluation code, loaded while the LLM thinks
     with contextlib.suppress(Exception):  # a failure here shows up again, properly reported, in the job
         import torch.utils.cpp_extension  # noqa: F401
         from cudaforge.engine import nvrtc
@@ -138,15 +138,18 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
                 torch.cuda.set_device(gpu)
                 torch.zeros(1, device=f"cuda:{gpu}")
                 torch.cuda.synchronize()
+                pipeline.GPU_STATE["context"] = True  # the job needs no turn at the lock for it
                 nvrtc._driver()
                 step("context_s")
-                if warm_cupti:
-                    # The kernel check's first torch.profiler session loads and starts CUPTI (~3 s on
-                    # an H200): do it now, while the LLM thinks.
-                    with profile(activities=[ProfilerActivity.CUDA]):
-                        torch.zeros(1, device=f"cuda:{gpu}").add_(1)
-                        torch.cuda.synchronize()
-                    step("cupti_s")
+            if warm_cupti:
+                # The kernel check's first torch.profiler session loads and starts CUPTI (~3 s on an
+                # H200): do it now, while the LLM thinks. Outside the GPU lock: it is host work in this
+                # process (one 1-element kernel on the GPU), and holding the lock for it would stall
+                # every evaluation queued behind a warm-up.
+                with profile(activities=[ProfilerActivity.CUDA]):
+                    torch.zeros(1, device=f"cuda:{gpu}").add_(1)
+                    torch.cuda.synchronize()
+                step("cupti_s")
     if device == "cuda":
         with contextlib.suppress(Exception):
             torch.cuda.empty_cache()  # a spare holds only its context until it gets a job

@@ -382,9 +382,32 @@ def check_task(job: EvalJob, task: Any, init: list[Any], device: Any, float_dtyp
         return
     free, total = (int(v) for v in torch.cuda.mem_get_info(device))
     cap = CAP.get("bytes")
+    if not fits(fp["footprint_bytes"], free, cap):
+        # Our other evaluations free their memory before they hand the GPU lock over: count it as free
+        # now, and check the card's real free memory again once this one holds the lock (recheck_fit).
+        from cudaforge.engine.gpu_lock import cudaforge_gpu_bytes
+
+        free += cudaforge_gpu_bytes(job.gpu)
     mem.update(free_bytes=free, total_bytes=total, cap_bytes=cap, fits=fits(fp["footprint_bytes"], free, cap))
     if not mem["fits"]:
         mem["message"] = fit_message(task_name(job.task_path), fp["footprint_bytes"], free, cap)
+        raise CandidateFailure("oom", mem["message"])
+
+
+def recheck_fit(job: EvalJob, device: Any, mem: dict[str, Any]) -> None:
+    """The fit check again under the GPU lock, against what is really free now (plus what this worker
+    holds itself): before the build it counted our other evaluations' memory as free."""
+    from cudaforge.engine.worker.failures import CandidateFailure
+
+    if getattr(device, "type", "cpu") != "cuda" or "footprint_bytes" not in mem:
+        return
+    import torch
+
+    free = int(torch.cuda.mem_get_info(device)[0]) + held_bytes()
+    cap = CAP.get("bytes")
+    if not fits(int(mem["footprint_bytes"]), free, cap):
+        mem.update(free_bytes=free, fits=False,
+                   message=fit_message(task_name(job.task_path), int(mem["footprint_bytes"]), free, cap))
         raise CandidateFailure("oom", mem["message"])
 
 

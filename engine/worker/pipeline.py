@@ -124,12 +124,17 @@ def load_task(job: EvalJob, device: Any) -> tuple[Any, list[Any], Any]:
         model = task.Model(*init)
     except Exception as exc:
         raise TaskFailure(f"{job.task_path}: Model(*get_init_inputs()) raised {type(exc).__name__}: {exc}") from exc
+    return task, list(init), model.eval()
+
+
+def place(model: Any, job: EvalJob, device: Any) -> Any:
+    """Move a model to the device and the job's precision: under the GPU lock on CUDA, so copying its
+    weights never falls inside another evaluation's timing window."""
     float_dtype = _float_dtype(job.precision)
     model = model.to(device)
     if float_dtype is not None:
         model = model.to(float_dtype)
-    model.eval()
-    return task, list(init), model
+    return model.eval()
 
 
 def build_candidate(job: EvalJob, recorder: BuildRecorder, task: Any, init: list[Any], device: Any) -> tuple[Any, Any]:
@@ -163,11 +168,6 @@ def build_candidate(job: EvalJob, recorder: BuildRecorder, task: Any, init: list
         raise classify_exception(exc, "ModelNew(*get_init_inputs())") from None
     if not isinstance(model_new, torch.nn.Module):
         raise CandidateFailure("runtime_error", "ModelNew(...) is not a torch.nn.Module")
-    float_dtype = _float_dtype(job.precision)
-    model_new = model_new.to(device)
-    if float_dtype is not None:
-        model_new = model_new.to(float_dtype)
-    model_new.eval()
     nvrtc = sys.modules.get("cudaforge.engine.nvrtc")
     nvrtc_hits = getattr(nvrtc, "CACHE_STATS", {}) if nvrtc else {}
     cached = (recorder.builds > 0 and recorder.cached) or (nvrtc_hits.get("compiled", 0) == 0 and nvrtc_hits.get("hits", 0) > 0)
@@ -504,6 +504,49 @@ def shape_check(job: EvalJob, task: Any, init: list[Any], model: Any, model_new:
         copy_parameters=copy_parameters, seed=seed)
 
 
+def _place_both(job: EvalJob, model: Any, model_new: Any, device: Any) -> tuple[Any, Any]:
+    try:
+        model = place(model, job, device)
+    except Exception as exc:
+        if memory.is_oom(exc):
+            raise CandidateFailure("oom", memory.oom_message(exc, "moving Model to the device", "reference"),
+                                   tb=traceback.format_exc()) from None
+        raise TaskFailure(f"{job.task_path}: moving Model to the device raised {type(exc).__name__}: {exc}") from exc
+    try:
+        model_new = place(model_new, job, device)
+    except Exception as exc:
+        raise classify_exception(exc, "moving ModelNew to the device") from None
+    return model, model_new
+
+
+GPU_STATE = {"context": False}  # set by a spare that created its CUDA context during its warm-up
+
+
+def create_context(job: EvalJob, device: Any) -> None:
+    """Create this worker's CUDA context in a turn at the GPU lock (a spare did it in its warm-up):
+    creating a context does device work, and it must not fall inside another evaluation's timing
+    window. The turn ends with the context; the build that follows overlaps other evaluations."""
+    if device.type != "cuda" or GPU_STATE["context"]:
+        return
+    import torch
+
+    lock = None
+    if job.gpu_lock_path:
+        from filelock import FileLock
+
+        phase("context_wait")
+        lock = FileLock(job.gpu_lock_path)
+        lock.acquire()  # this job is announced (entry.main): idle spares' warm-ups let it go first
+    try:
+        phase("context")
+        torch.zeros(1, device=device)
+        torch.cuda.synchronize(device)
+        GPU_STATE["context"] = True
+    finally:
+        if lock is not None:
+            lock.release()
+
+
 _HELD_LOCKS: list[Any] = []
 
 
@@ -545,6 +588,7 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
                                         "float32_matmul_precision": "highest"},
                           "eager_baseline": default_numerics}
     device = _device(job)
+    create_context(job, device)
     if device.type == "cuda":
         result["gpu_name"] = torch.cuda.get_device_name(device)
     mem = result.setdefault("memory", {})
@@ -566,10 +610,12 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
     if subclassed is not None:
         findings.append(subclassed)
     findings.extend(source_checks)
-    copied = copy_parameters(model, model_new)
-    result["copied_parameters"] = copied
     _acquire_gpu(job)
-    phase("correctness")  # the reference's own peak is the first step of the checks
+    phase("place")
+    memory.recheck_fit(job, device, mem)  # the memory our other evaluations held is free now
+    model, model_new = _place_both(job, model, model_new, device)
+    result["copied_parameters"] = copy_parameters(model, model_new)
+    phase("reference")  # the reference's own peak is the first step of the checks
     memory.measure_reference(lambda: make_inputs(task, job.seed, device, _float_dtype(job.precision)),
                              lambda inp: _run_reference(model, inp, device), flatten_outputs, mem)
     corr = correctness(job, task, model, model_new, device, findings)
@@ -586,6 +632,7 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
                              + (f" ({failed[0]['distribution']} inputs): output {first['index']}: {first['reason']}"
                                 if first else ""))
         return
+    phase("fallback")
     fallback = runtime_checks.fallback_finding(lambda: _run_reference(model, clone_inputs(inputs), device),
                                        lambda: _run_candidate(model_new, clone_inputs(inputs), device),
                                        device, result["kernels"], recorder)
@@ -593,6 +640,7 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
         findings.append(fallback)
     inputs = []  # the kernel check's draw is not needed past this point
     memory.release()
+    phase("cache_probes")
     findings.extend(check_cache_reuse(
         lambda inp: _run_candidate(model_new, inp, device), lambda inp: _run_reference(model, inp, device),
         lambda seed: make_inputs(task, seed, device, _float_dtype(job.precision)),
@@ -615,13 +663,15 @@ def profile_run(job: EvalJob, result: dict[str, Any]) -> None:
     import torch
 
     device = _device(job)
+    create_context(job, device)
     recorder = BuildRecorder(Path(job.cache_dir) / "extensions" if job.cache_dir else None)
     recorder.install()
     task, init, model = load_task(job, device)
     model_new, _ = build_candidate(job, recorder, task, init, device)
+    _acquire_gpu(job)
+    model, model_new = _place_both(job, model, model_new, device)
     copy_parameters(model, model_new)
     inputs = make_inputs(task, job.seed, device, _float_dtype(job.precision))
-    _acquire_gpu(job)
     phase("profile")
     _call(model_new, clone_inputs(inputs))  # warm-up outside the profiled range
     torch.cuda.synchronize()
