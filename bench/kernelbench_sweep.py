@@ -60,6 +60,11 @@ def expected_verdict(result: Any) -> bool:
     return bool(correct and not result.accepted and "no_custom_kernel" in failing)
 
 
+# The worker's phases (engine/worker/pipeline.py): the checks before timing, and all it does under the GPU lock.
+CHECK_PHASES = ("place", "reference", "correctness", "kernels", "fallback", "cache_probes", "shapes")
+GPU_PHASES = (*CHECK_PHASES, "timing")
+
+
 def row_of(path: Path, result: Any, wall_s: float) -> dict[str, Any]:
     m = result.memory
     ref = m.reference_peak_bytes if m else None
@@ -79,10 +84,12 @@ def row_of(path: Path, result: Any, wall_s: float) -> dict[str, Any]:
         "footprint_gib": round(m.footprint_bytes / GIB, 3) if m and m.footprint_bytes is not None else None,
         "load_s": round(sum(phases.get(k, 0.0) for k in ("start", "load_task", "build", "init")), 3),
         "gpu_wait_s": round(phases.get("gpu_wait", 0.0), 3),
-        "correctness_s": round(phases.get("correctness", 0.0) + phases.get("kernels", 0.0), 3),
+        "correctness_s": round(sum(phases.get(k, 0.0) for k in CHECK_PHASES), 3),
         "timing_s": round(phases.get("timing", 0.0), 3),
+        "gpu_s": round(sum(phases.get(k, 0.0) for k in GPU_PHASES), 3),
         "wall_s": round(wall_s, 3),
         "message": "" if expected_verdict(result) else result.message[:300],
+        "phases": {k: round(v, 3) for k, v in phases.items()},
     }
 
 
@@ -91,7 +98,8 @@ def failed_row(path: Path, message: str, wall_s: float) -> dict[str, Any]:
     return {"problem": name_of(path), "level": path.parent.name, "outcome": "task_error", "correct": False,
             "expected": False, "does_not_fit": False, "reference_peak_gib": None, "eval_peak_gib": None,
             "ratio": None, "bound_ok": None, "footprint_gib": None, "load_s": 0.0, "gpu_wait_s": 0.0,
-            "correctness_s": 0.0, "timing_s": 0.0, "wall_s": round(wall_s, 3), "message": message[:300]}
+            "correctness_s": 0.0, "timing_s": 0.0, "gpu_s": 0.0, "wall_s": round(wall_s, 3), "message": message[:300],
+            "phases": {}}
 
 
 def format_row(r: dict[str, Any]) -> str:
@@ -101,7 +109,8 @@ def format_row(r: dict[str, Any]) -> str:
     verdict = "ok  " if r["expected"] else ("SKIP" if r["does_not_fit"] else "MISS")
     return (f"{verdict} {r['problem'][:44]:44s} {r['outcome']:17s} correct={'y' if r['correct'] else 'n'} "
             f"ref {g(r['reference_peak_gib']):>6s} GiB  peak {g(r['eval_peak_gib']):>6s} GiB  ratio {g(r['ratio']):>5s}"
-            f"  load {r['load_s']:.1f}s corr {r['correctness_s']:.1f}s time {r['timing_s']:.1f}s wall {r['wall_s']:.1f}s"
+            f"  load {r['load_s']:.1f}s checks {r['correctness_s']:.1f}s time {r['timing_s']:.1f}s gpu {r['gpu_s']:.1f}s"
+            f" wall {r['wall_s']:.1f}s"
             + (f"  | {r['message']}" if r["message"] else ""))
 
 
@@ -121,7 +130,11 @@ def summarize(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
         lv["bound_violations"] += r["bound_ok"] is False
         if r["ratio"] is not None:
             lv["max_ratio"] = max(lv["max_ratio"], r["ratio"])
-    return {"levels": levels, "problems": len(rows), "wall_s": round(wall_s, 1),
+    phase_totals: dict[str, float] = {}
+    for r in rows:
+        for k, v in (r.get("phases") or {}).items():
+            phase_totals[k] = round(phase_totals.get(k, 0.0) + v, 3)
+    return {"levels": levels, "problems": len(rows), "wall_s": round(wall_s, 1), "phase_totals": phase_totals,
             "evaluations_per_minute": round(len(rows) / wall_s * 60, 2) if wall_s > 0 else None}
 
 
@@ -134,6 +147,9 @@ def format_summary(summary: dict[str, Any]) -> str:
                      f"{lv['max_ratio']:9.2f}")
     lines.append(f"{summary['problems']} problems in {summary['wall_s']:.1f} s wall: "
                  f"{summary['evaluations_per_minute']} evaluations/minute")
+    totals = sorted((summary.get("phase_totals") or {}).items(), key=lambda kv: -kv[1])
+    if totals:  # where the workers' seconds went, summed over all problems (under the GPU lock or not)
+        lines.append("phase seconds, all problems: " + ", ".join(f"{k} {v:.1f}" for k, v in totals[:12]))
     return "\n".join(lines)
 
 

@@ -129,6 +129,10 @@ async def wait_ready(*spares: Any, limit_s: float = 120.0) -> float:
     return time.perf_counter() - start
 
 
+def fmt_phases(phases: dict[str, float] | None) -> str:
+    return " ".join(f"{k}={v:.3f}" for k, v in (phases or {}).items() if v >= 0.0005)
+
+
 async def one_round(ev: Evaluator, prof: Profiler, task: Task, cand: Candidate, prewarm: bool) -> dict[str, Any]:
     warm_wait = 0.0
     if prewarm:
@@ -147,6 +151,7 @@ async def one_round(ev: Evaluator, prof: Profiler, task: Task, cand: Candidate, 
     return {"outcome": result.outcome, "message": result.message, "profile_ok": profile.ok,
             "profile_error": profile.error_kind, "profile_message": profile.message[:200],
             "kernels_profiled": len(profile.kernels), "phases": row, "worker_phases": result.phases,
+            "profile_worker_phases": profile.worker_phases,
             "compile_s": result.compile.seconds if result.compile else None, "warm_wait_s": round(warm_wait, 2)}
 
 
@@ -168,6 +173,8 @@ async def ours(tasks: list[str], fmt: str, options: EvalOptions, settings: NcuSe
         print(f"ours  {fmt:6s} {name:14s} {row['outcome']:10s} total {row['phases']['total']:6.2f} s "
               f"(profile {row['phases']['profile']:.2f} s, ok={row['profile_ok']}) cached {row['cached_s']:.3f} s",
               file=sys.stderr, flush=True)
+        print(f"      eval phases {fmt_phases(row['worker_phases'])}\n      profile worker phases "
+              f"{fmt_phases(row['profile_worker_phases'])}", file=sys.stderr, flush=True)
         return row
 
     pairs = []

@@ -144,16 +144,26 @@ class Profiler:
                     list(prepared.command), workdir=workdir / "sandbox", env=self.evaluator.worker_env(),
                     phase_limits=self._limits(), default_limit_s=float(self.settings.timeout_s),
                     output_limit_bytes=self.evaluator.options.output_limit_bytes)
-            return interpret_output(
+            result = interpret_output(
                 _read(out_path), _read(err_path), returncode=outcome.returncode,
                 timed_out=outcome.reason == "timeout", plan=prepared.plan, command=prepared.command,
                 wall_s=time.perf_counter() - start, chip=prepared.chip, timeout_s=self.settings.timeout_s,
                 launch_count=self.settings.launch_count)
+            return replace(result, worker_phases=_worker_phases(workdir / "result.json"))
         finally:
             if spare is not None:
                 spare.forget()
             if not self.evaluator.keep_workdirs:
                 shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _worker_phases(result_path: Path) -> dict[str, float]:
+    """Where the profiled worker's own seconds went (load, build, GPU wait, the profiled range); the rest
+    of the profile's wall time is ncu's."""
+    with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+        phases = json.loads(result_path.read_text()).get("phases") or {}
+        return {str(k): round(float(v), 4) for k, v in phases.items()}
+    return {}
 
 
 def _read(path: Path, limit: int = 32 << 20) -> str:

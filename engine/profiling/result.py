@@ -145,6 +145,7 @@ class ProfileResult:
     returncode: int | None = None
     log_tail: str = ""  # last lines of ncu's own output (==PROF==/==ERROR==) for the user
     cached: bool = False  # served from the profile cache (an identical candidate was profiled before)
+    worker_phases: dict[str, float] = field(default_factory=dict)  # the profiled worker's own phases (s)
 
     @property
     def total_time_us(self) -> float:
@@ -160,7 +161,7 @@ class ProfileResult:
         return self.substitutions.get(requested, requested)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "ok": self.ok,
             "error_kind": self.error_kind,
             "message": self.message,
@@ -178,6 +179,9 @@ class ProfileResult:
             "log_tail": self.log_tail,
             "cached": self.cached,
         }
+        if self.worker_phases:  # absent from records written before it existed
+            data["worker_phases"] = dict(self.worker_phases)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ProfileResult:
@@ -199,6 +203,7 @@ class ProfileResult:
             returncode=data.get("returncode"),
             log_tail=data.get("log_tail", ""),
             cached=bool(data.get("cached", False)),
+            worker_phases={str(k): float(v) for k, v in (data.get("worker_phases") or {}).items()},
         )
 
 
