@@ -8,12 +8,19 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 from cudaforge.engine import result_cache
 from cudaforge.engine.evaluator import EvalOptions, Evaluator, forgery_finding
-from cudaforge.engine.gpu_lock import is_cudaforge_process, parse_compute_apps, process_command
+from cudaforge.engine.gpu_lock import (
+    cudaforge_gpu_bytes,
+    foreign_gpu_processes,
+    is_cudaforge_process,
+    parse_compute_apps,
+    process_command,
+)
 from cudaforge.engine.integrity.registry import REGISTRY
 from cudaforge.engine.integrity.runtime import (
     FixedValueProbe,
@@ -232,3 +239,32 @@ def test_our_workers_are_told_apart_by_the_sandbox_marker() -> None:
         foreign.kill()
         ours.wait()
         foreign.wait()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
+def test_memory_our_other_workers_hold_counts_as_free_for_the_fit_check(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch runs sessions side by side: the memory another session's worker holds now is freed before
+    it gives the GPU lock up, so the fit check counts it as free; a foreign process's memory is not.
+    nvidia-smi is a script here (CI has no GPU) that answers both queries the fit check makes."""
+    from cudaforge.engine.fit import card_free_bytes
+
+    code = "import time; time.sleep(30)"
+    ours = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, MARKER_VAR: "test-marker"})
+    foreign = subprocess.Popen([sys.executable, "-c", code], env={k: v for k, v in os.environ.items() if k != MARKER_VAR})
+    try:
+        smi = tmp_path / "nvidia-smi"
+        smi.write_text("#!/bin/sh\ncase \"$1\" in\n"
+                       f"  --query-compute-apps=*) printf '{ours.pid}, 30000, python\\n{foreign.pid}, 5000, other\\n' ;;\n"
+                       "  --query-gpu=*) echo 'NVIDIA H200, 9.0, 143771, 1980, 580.00, 20000' ;;\n"
+                       "esac\n")
+        smi.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+        time.sleep(0.2)
+        assert cudaforge_gpu_bytes(0) == 30000 << 20
+        assert [p["pid"] for p in foreign_gpu_processes(0)] == [foreign.pid]
+        assert card_free_bytes(0) == (20000 + 30000) << 20
+    finally:
+        for proc in (ours, foreign):
+            proc.kill()
+            proc.wait()

@@ -214,6 +214,11 @@ def test_cpu_sweep_of_the_20_fastest_problems_judges_every_one_correct(cpu_optio
     assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 20  # flushed row by row
     summary = sweep.summarize(rows, 60.0)
     assert sum(lv["expected"] for lv in summary["levels"].values()) == 20
+    # Every row says where its seconds went: each check the worker ran has its own phase.
+    for r in rows:
+        assert set(sweep.CHECK_PHASES) - {"fallback"} <= set(r["phases"]), (r["problem"], r["phases"])
+        assert r["gpu_s"] >= r["correctness_s"] > 0
+    assert summary["phase_totals"]["correctness"] > 0
 
 
 @pytest.mark.gpu

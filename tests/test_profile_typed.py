@@ -5,7 +5,7 @@ A field renamed in the analysis fails loudly instead of blanking the pane."""
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -65,3 +65,14 @@ def test_renaming_an_analysis_field_fails_loudly_instead_of_blanking_the_pane() 
         findings=record.analysis.findings, notes=record.analysis.notes)
     with pytest.raises(AttributeError, match="bottleneck"):
         render_metrics(record.profile, renamed, None, None)  # type: ignore[arg-type]
+
+
+def test_a_profile_carries_the_profiled_workers_phases_through_its_dict() -> None:
+    """Where a fresh profile's seconds went in the worker (the rest of its wall time is ncu's); records
+    written before the field existed read back unchanged."""
+    data = json.loads(STORED.read_text())["profile"]
+    assert "worker_phases" not in data
+    timed = replace(ProfileResult.from_dict(data), worker_phases={"build": 0.12, "gpu_wait": 0.4, "profile": 0.05})
+    again = ProfileResult.from_dict(timed.to_dict())
+    assert again.worker_phases == {"build": 0.12, "gpu_wait": 0.4, "profile": 0.05}
+    assert again == timed
