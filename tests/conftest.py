@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import cudaforge.tui  # noqa: F401 - first, before any test imports textual: the workbench's frame rate
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent

@@ -48,6 +48,7 @@ from cudaforge.tui.model import RoundView, RunModel
 from cudaforge.tui.screens.confirm import ConfirmScreen
 from cudaforge.tui.screens.help import HelpScreen
 from cudaforge.tui.screens.settings import SettingsScreen
+from cudaforge.tui.screens.workbench import WorkbenchScreen
 from cudaforge.tui.session_thread import SessionThread
 from cudaforge.tui.widgets.chart import SpeedupChart
 from cudaforge.tui.widgets.compiler import CompilerPane
@@ -60,14 +61,12 @@ from cudaforge.tui.widgets.metrics import MetricsPane
 from cudaforge.tui.widgets.rounds import RoundsPane
 from cudaforge.tui.widgets.source import DIFF_MODES, SourcePane
 from cudaforge.tui.widgets.status import StatusBar
+from cudaforge.tui.widgets.tabs import PANES, PaneTabs
 from rich.text import Text
 from textual import events
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Static, TabbedContent, TabPane
-
-TABS = {"source": "tab-source", "compiler": "tab-compiler", "correctness": "tab-correctness",
-        "metrics": "tab-metrics", "judge": "tab-judge", "log": "tab-log"}
+from textual.widgets import Static
 
 MANUAL_TEMPLATE = '''"""Your candidate for round {round}: a ModelNew with Model's constructor and forward signature,
 running your own kernels (CPU device: C++ through load_inline(cpp_sources=...); CUDA: nvrtc or inline)."""
@@ -112,25 +111,23 @@ class WorkbenchApp(App[int]):
         self.exit_code = 0
 
     # ---- layout -------------------------------------------------------------------------------
+    def get_default_screen(self) -> WorkbenchScreen:
+        return WorkbenchScreen(id="_default")
+
     def compose(self) -> ComposeResult:
         yield Static("", id="banner")
         with Horizontal(id="main"):
             with Vertical(id="left"):
                 yield RoundsPane(id="rounds")
                 yield SpeedupChart("", id="chart")
-            with TabbedContent(id="panes", initial=TABS["source"]):
-                with TabPane("Source", id=TABS["source"]):
-                    yield SourcePane(id="source")
-                with TabPane("Compiler", id=TABS["compiler"]):
-                    yield CompilerPane(id="compiler")
-                with TabPane("Correctness", id=TABS["correctness"]):
-                    yield CorrectnessPane(id="correctness")
-                with TabPane("NCU", id=TABS["metrics"]):
-                    yield MetricsPane(id="metrics")
-                with TabPane("Judge", id=TABS["judge"]):
-                    yield JudgePane(id="judge")
-                with TabPane("Log", id=TABS["log"]):
-                    yield LogPane(id="log")
+            with Vertical(id="panes"):
+                yield PaneTabs("source", self.keys, id="pane-tabs")
+                yield SourcePane(id="source")
+                yield CompilerPane(id="compiler")
+                yield CorrectnessPane(id="correctness")
+                yield MetricsPane(id="metrics")
+                yield JudgePane(id="judge")
+                yield LogPane(id="log")
         yield DecisionBar(id="decision")
         yield StatusBar(self.system_stats, id="status")
         yield KeyFooter()
@@ -152,6 +149,8 @@ class WorkbenchApp(App[int]):
     def on_mount(self) -> None:
         self.query_one(DecisionBar).display = False
         self.query_one("#banner").display = False
+        for pane in PANES:
+            self.query_one(f"#{pane}").display = pane == "source"
         self.set_interval(1.0, self._tick)
         self.query_one(RoundsPane).focus()
         self._load_config()
@@ -189,6 +188,8 @@ class WorkbenchApp(App[int]):
         if keymap:
             self.set_keymap(keymap)
         self.keys = effective_keys(keymap)
+        tabs = self.query_one(PaneTabs)
+        tabs.show(tabs.active, self.keys)
 
     def _open_run(self, path: Path) -> None:
         """--open: every round of a saved run, read-only; no session, no decisions."""
@@ -239,6 +240,9 @@ class WorkbenchApp(App[int]):
             return
         self.session = session
         self.heap.freeze()  # the session brought torch and the task's module in
+        bar = self.query_one(DecisionBar)
+        bar.reserve = True  # its line stays while the session runs: no relayout on every decision
+        bar.show(self.model.pending, self.keys, False, manual=self.model.mode == "manual")
         # Its own loop in its own thread: no engine work sits between a key and its frame.
         self.session_thread = SessionThread(session)
         stopped = await self.session_thread.run()
@@ -286,6 +290,7 @@ class WorkbenchApp(App[int]):
                 if event.level != "info":
                     self.notify(event.text, severity="error" if event.level == "error" else "warning", timeout=8)
             case SessionStopped():
+                self.query_one(DecisionBar).reserve = False  # nothing more to decide: the panes take the line
                 self._log(f"session stopped ({event.reason}): {event.message}", "warning" if event.reason not in (
                     "max_rounds", "target_speedup", "plateau") else "info")
                 if event.reason == "does_not_fit":  # said once, before any candidate (issue 13)
@@ -356,7 +361,12 @@ class WorkbenchApp(App[int]):
         self.notify(text, severity="error", timeout=15)
 
     def _open_tab(self, name: str) -> None:
-        self.query_one(TabbedContent).active = TABS[name]
+        tabs = self.query_one(PaneTabs)
+        if tabs.active == name:
+            return
+        for pane in PANES:
+            self.query_one(f"#{pane}").display = pane == name
+        tabs.show(name, self.keys)
 
     def _edited(self) -> bool:
         pending = self.model.pending
