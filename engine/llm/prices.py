@@ -170,7 +170,11 @@ def deprecated_models() -> Mapping[str, str]:
 
 
 def deprecation_notice(model: str, *, role: str) -> str | None:
-    """One line for start-up when `model` is in the SDK's deprecation table, else None."""
+    """One line for start-up when `model` is in the SDK's deprecation table, else None. The table lists
+    Anthropic's models only, and reading it imports the whole anthropic SDK (1-2 s of CPU, while the
+    workbench draws beside it), so other models are not looked up."""
+    if "claude" not in model.lower():
+        return None
     end_of_life = deprecated_models().get(model)
     if end_of_life is None:
         return None
