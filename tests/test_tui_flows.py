@@ -15,6 +15,7 @@ from cudaforge.tui.cli import LaunchSpec
 from cudaforge.tui.screens.confirm import ConfirmScreen
 from cudaforge.tui.screens.help import HelpScreen
 from cudaforge.tui.screens.settings import SettingsScreen
+from cudaforge.tui.widgets.footer import KeyFooter
 from cudaforge.tui.widgets.rounds import RoundsPane
 from llm_server import ScriptedLLMServer
 from session_kit import CORRECT, KEY, KEY_ENV, WRONG, coder_reply, judge_correct_reply, judge_optimize_reply
@@ -54,6 +55,7 @@ async def test_approve_a_round_and_measure_key_latency(tmp_path: Path, cache_dir
             await wait_until(pilot, pending_point(app, "candidate", 1), what="the Coder's candidate")
             assert "fresh evaluation" in app.source_pane.text
             assert app.query_one("#decision").display
+            assert "a" in [str(k.key) for k in app.query_one(KeyFooter).query("FooterKey")], "a session: decision keys"
             app.latency.samples_ms.clear()
             await pilot.press("a")
             presses = 0
@@ -312,8 +314,10 @@ async def test_command_palette_runs_any_action(tmp_path: Path) -> None:
         await wait_until(pilot, lambda: app.source_pane.diff_mode == "previous", timeout=10, what="the diff")
         diff = str(app.query_one("#source-diff").render())
         assert "round 2" in diff and "0.01" in diff
-        await pilot.press("a")  # read-only: a message, no crash
-        assert app.is_running
+        footer = [str(k.key) for k in app.query_one(KeyFooter).query("FooterKey")]
+        assert "d" in footer and not {"a", "e", "r", "b", "s"} & set(footer), "read-only: no decision keys"
+        await pilot.press("a")  # read-only: the key does nothing, and nothing breaks
+        assert app.is_running and app.model.pending is None
 
 
 RECORDED_H200_RUN = Path(__file__).resolve().parent.parent / "examples" / "recorded" / "20261201-032158-softmax-1c92"

@@ -70,7 +70,7 @@ async def test_switching_panes_does_not_rebuild_the_footer_but_a_new_key_does() 
         await pilot.pause()
         footer = app.query_one(KeyFooter)
         keys_before = [str(k.key) for k in footer.query("FooterKey")]
-        assert "a" in keys_before
+        assert "d" in keys_before
         rebuilt = 0
         original = footer.recompose
 
@@ -83,7 +83,7 @@ async def test_switching_panes_does_not_rebuild_the_footer_but_a_new_key_does() 
         await pilot.press("2", "3", "5", "6", "1", "0")  # each one moves the focus
         await pilot.pause()
         assert rebuilt == 0
-        app.set_keymap({"approve": "y"})
+        app.set_keymap({"diff": "y"})
         app.refresh_bindings()
         await pilot.pause()
         assert rebuilt >= 1

@@ -41,7 +41,7 @@ from cudaforge.tui.collector import HeapFreezer
 from cudaforge.tui.commands import WorkbenchCommands
 from cudaforge.tui.format import failing_source_line, fmt_speedup
 from cudaforge.tui.highlight import install as install_highlight_cache
-from cudaforge.tui.keymap import bindings, check_keymap, effective_keys
+from cudaforge.tui.keymap import DECISION_ACTIONS, bindings, check_keymap, effective_keys
 from cudaforge.tui.latency import LatencyProbe
 from cudaforge.tui.messages import DecisionChosen, EngineEvent, RoundSelected, SessionEnded
 from cudaforge.tui.model import RoundView, RunModel
@@ -111,6 +111,11 @@ class WorkbenchApp(App[int]):
         self.exit_code = 0
 
     # ---- layout -------------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Browsing a run read-only there is no engine to answer: the decision keys leave the footer
+        and do nothing (the footer is built once for the whole visit, so this costs no key press)."""
+        return not (self.model.read_only and action in DECISION_ACTIONS)
+
     def get_default_screen(self) -> WorkbenchScreen:
         return WorkbenchScreen(id="_default")
 

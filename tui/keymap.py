@@ -49,6 +49,7 @@ ACTIONS: tuple[Action, ...] = (
     Action("quit", "ctrl+q", "Quit (asks before discarding a running round)", "app", priority=True),
 )
 ACTION_IDS = {a.id for a in ACTIONS}
+DECISION_ACTIONS = frozenset(a.id for a in ACTIONS if a.group == "decide")  # answer the engine; none when browsing
 
 
 def bindings() -> list[Binding]:
