@@ -352,3 +352,24 @@ async def test_the_recorded_h200_run_opens_read_only_in_every_pane(tmp_path: Pat
         assert app.is_running
     after = {p: p.read_bytes() for p in RECORDED_H200_RUN.rglob("*") if p.is_file()}
     assert after == before, "opening a run read-only must not change it"
+
+
+async def test_the_pane_strip_names_each_pane_with_its_key_and_a_click_opens_it(tmp_path: Path) -> None:
+    from cudaforge.tui.widgets.tabs import PANES, PaneTabs
+
+    app = WorkbenchApp(LaunchSpec(open_run=str(FIXTURE_RUN), use_user_config=False), system_stats=False,
+                       cwd=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        strip = app.query_one(PaneTabs)
+        text = str(strip.content)
+        assert "1 Source" in text and "4 NCU" in text and "6 Log" in text
+        shown = [name for name in PANES if app.query_one(f"#{name}").display]
+        assert shown == ["source"] and strip.active == "source"
+        column = text.index("Compiler")
+        await pilot.click(PaneTabs, offset=(column, 0))
+        await pilot.pause()
+        assert strip.active == "compiler"
+        assert [name for name in PANES if app.query_one(f"#{name}").display] == ["compiler"]
+        await pilot.press("5")
+        assert strip.active == "judge" and app.query_one("#judge").display and not app.query_one("#compiler").display
