@@ -222,10 +222,13 @@ async def test_pause_in_auto_mode(tmp_path: Path, cache_dir: Path) -> None:
 
 
 async def test_manual_mode_without_any_llm_and_a_remapped_key(tmp_path: Path, cache_dir: Path) -> None:
-    cfg = write_config(tmp_path, cache_dir, None, rounds=2, keymap={"approve": "y"})
+    from cudaforge.tui.widgets.tabs import PaneTabs
+
+    cfg = write_config(tmp_path, cache_dir, None, rounds=2, keymap={"approve": "y", "show_log": "f6"})
     app = task_app(tmp_path, cfg)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, pending_point(app, "candidate", 1), what="the manual candidate step")
+        assert "f6 Log" in str(app.query_one(PaneTabs).content), "the pane strip shows the remapped key"
         assert app.model.mode == "manual" and NO_LLM_NOTICE in app.banner_text
         assert app._pending().options == ("edit", "branch", "stop")  # type: ignore[union-attr]
         await pilot.press("f1")
