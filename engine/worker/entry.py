@@ -143,12 +143,12 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
                 step("context_s")
             if warm_cupti:
                 # The kernel check's first torch.profiler session loads and starts CUPTI (~3 s on an
-                # H200): do it now, while the LLM thinks. Outside the GPU lock: it is host work in this
-                # process (one 1-element kernel on the GPU), and holding the lock for it would stall
-                # every evaluation queued behind a warm-up.
+                # H200): do it now, while the LLM thinks. Outside the GPU lock, so no queued evaluation
+                # waits behind it, and therefore with no device work at all: starting the session loads
+                # CUPTI and enables its activity records in this process; a kernel launched here could
+                # be time-sliced into another evaluation's timing window.
                 with profile(activities=[ProfilerActivity.CUDA]):
-                    torch.zeros(1, device=f"cuda:{gpu}").add_(1)
-                    torch.cuda.synchronize()
+                    pass
                 step("cupti_s")
     if device == "cuda":
         with contextlib.suppress(Exception):

@@ -482,10 +482,6 @@ def shape_check(job: EvalJob, task: Any, init: list[Any], model: Any, model_new:
     phase("shapes")
     float_dtype = _float_dtype(job.precision)
 
-    def prepare(m: Any) -> Any:
-        m = m.to(device)
-        return (m.to(float_dtype) if float_dtype is not None else m).eval()
-
     def compare(expected: list[Any], got: list[Any]) -> str:
         if len(got) != len(expected):
             return f"{len(got)} outputs instead of {len(expected)}"
@@ -498,7 +494,7 @@ def shape_check(job: EvalJob, task: Any, init: list[Any], model: Any, model_new:
     seed = job.seed + 40_000
     return runtime_checks.shape_findings(
         task, Path(job.task_path).read_text(encoding="utf-8"), job.task_path, init, model, model_new,
-        type(model_new), prepare=prepare, inputs_for=lambda module: make_inputs(module, seed, device, float_dtype),
+        type(model_new), prepare=lambda m: place(m, job, device), inputs_for=lambda module: make_inputs(module, seed, device, float_dtype),
         run_reference=lambda m, inp: _run_reference(m, inp, device),
         run_candidate=lambda m, inp: _run_candidate(m, inp, device), compare=compare,
         copy_parameters=copy_parameters, seed=seed)
