@@ -186,3 +186,33 @@ async def test_key_latency_over_rounds_with_approvals(tmp_path: Path, cache_dir:
     if load > (os.cpu_count() or 2):
         pytest.skip(f"p95 {p95:.1f} ms not asserted: the machine is overloaded by other processes (load {load:.1f})")
     assert p95 <= 100.0, f"p95 key latency {p95:.1f} ms > 100 ms ({app.latency.summary()})"
+
+
+async def test_the_source_editor_keeps_its_rendered_lines_when_only_its_focus_changes() -> None:
+    """Focus changes only the editor's border: its highlighted lines are not drawn again (the cursor's
+    line is); a change of theme draws them all again."""
+    app = browse_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("1")
+        await pilot.pause()
+        editor = app.source_pane.editor
+        drawn: list[int] = []
+        original = editor._render_line
+
+        def counting(y: int) -> object:
+            drawn.append(y)
+            return original(y)
+
+        editor._render_line = counting  # type: ignore[method-assign]
+        await pilot.press("0")  # the round tree takes the focus from the editor
+        await pilot.pause()
+        assert app.focused is app.query_one(RoundsPane)
+        assert len(drawn) <= 2, f"{len(drawn)} lines drawn again for a focus change"
+        drawn.clear()
+        await pilot.press("1")
+        await pilot.pause()
+        assert app.focused is editor and len(drawn) <= 2
+        drawn.clear()
+        app.theme = "textual-light"
+        await pilot.pause()
+        assert len(drawn) > 10, "a new theme draws every visible line again"

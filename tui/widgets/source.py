@@ -16,12 +16,30 @@ DIFF_MODES = ("off", "previous", "best")
 
 
 class SourceEditor(TextArea):
-    """Textual's TextArea, except that a Resize that leaves its wrap width as it was keeps the rendered
-    lines. Textual sends Resize to every widget a layout shows again, so each switch to the Source pane
+    """Textual's TextArea, except that it keeps its rendered lines where nothing they show changed: a
+    Resize that leaves its wrap width as it was, and a style update that leaves its line styles.
+    Textual sends Resize to every widget a layout shows again, so each switch to the Source pane
     re-wrapped the document and re-highlighted every visible line although nothing had changed (about
     10 ms a switch on a 2-core machine). Edits and new documents wrap through their own paths."""
 
     _wrapped_for: tuple[int, int, int] | None = None
+    _line_styles: tuple[object, ...] | None = None
+
+    def notify_style_update(self) -> None:
+        """TextArea forgets its rendered lines on every style update, and focus is one: moving into or
+        out of the editor re-highlighted every visible line although only the border changed. The lines
+        are drawn from the TextArea theme, filled in from the app's theme, the widget's own style and
+        its component classes' styles; forget them when any of those changes."""
+        super(TextArea, self).notify_style_update()  # Widget's: clears the style caches read below
+        try:
+            line_styles: tuple[object, ...] | None = (
+                self.app.theme, self._theme.name if self._theme else None, self.rich_style,
+                tuple(self.get_component_rich_style(name, partial=True) for name in sorted(self.COMPONENT_CLASSES)))
+        except KeyError:  # the first styling, before the component classes have styles
+            line_styles = None
+        if line_styles is None or line_styles != self._line_styles:
+            self._line_styles = line_styles
+            self._line_cache.clear()
 
     def _on_resize(self, event: events.Resize) -> None:
         wrapped_for = (id(self.wrapped_document), self.wrap_width, self.indent_width)
