@@ -89,8 +89,8 @@ class WorkbenchApp(App[int]):
     def __init__(self, spec: LaunchSpec, *, env: dict[str, str] | None = None, system_stats: bool = True,
                  cwd: Path | None = None) -> None:
         super().__init__()
-        # No animations: a tab switch animated its underline for 0.3 s, ~18 frames of 10-20 ms each on
-        # a 2-core machine, and the next key waited behind them.
+        # No animations (Textual animates scrolling and some widgets' state): each animated frame is a
+        # redraw, 10-20 ms on a 2-core machine, and the next key waits behind them.
         self.animation_level = "none"
         self.spec = spec
         self.env = env

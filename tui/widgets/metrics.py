@@ -24,7 +24,7 @@ class RenderedOnce(Widget):
 
     The metrics tables take 40-50 ms to lay out on a 2-core machine, and a Static lays its content
     out twice per layout (once to measure its height, once to draw): switching to this pane, scrolling
-    it or any re-layout of the screen cost ~100 ms. Here a tab switch or a scroll draws stored lines."""
+    it or any re-layout of the screen cost ~100 ms. Here a pane switch or a scroll draws stored lines."""
 
     DEFAULT_CSS = "RenderedOnce { height: auto; }"
 
