@@ -30,6 +30,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from cudaforge.tui.app import WorkbenchApp  # noqa: E402
 from cudaforge.tui.cli import LaunchSpec  # noqa: E402
 from llm_server import Reply, ScriptedLLMServer  # noqa: E402
+from screenshot import save_best_round  # noqa: E402
 
 KEY_ENV = "CF_BENCH_SCRIPTED_KEY"
 PANE_KEYS = ("2", "3", "4", "5", "1", "0")
@@ -71,15 +72,8 @@ async def drive(app: WorkbenchApp, svg: Path, timeout: float, pane: str) -> None
                 await pilot.press(PANE_KEYS[i % len(PANE_KEYS)])  # use the UI while the round runs
                 i += 1
                 await pilot.pause(0.2)
-        app.selected = app.model.best_round or app.model.latest()
-        app._refresh_all()
-        await pilot.pause()
-        await pilot.press(pane)
-        app.query_one("#rounds").focus()
-        await pilot.pause(0.5)
-        svg.parent.mkdir(parents=True, exist_ok=True)
-        svg.write_text(app.export_screenshot(title=f"cudaforge-tui ({app.model.gpu_name or 'GPU'} session, scripted LLM replies)"),
-                       encoding="utf-8")
+        await save_best_round(app, pilot, svg, pane,
+                              f"cudaforge-tui ({app.model.gpu_name or 'GPU'} session, scripted LLM replies)")
 
 
 def main() -> int:

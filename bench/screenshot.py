@@ -12,6 +12,19 @@ from pathlib import Path
 
 from cudaforge.tui.app import WorkbenchApp
 from cudaforge.tui.cli import LaunchSpec
+from textual.pilot import Pilot
+
+
+async def save_best_round(app: WorkbenchApp, pilot: Pilot[int], svg: Path, pane: str, title: str) -> None:
+    """Select the best round (else the latest), open `pane` (its key) and save the screen as `svg`."""
+    app.selected = app.model.best_round or app.model.latest()
+    app._refresh_all()
+    await pilot.pause()
+    await pilot.press(pane)
+    app.query_one("#rounds").focus()  # no blinking text cursor in the picture
+    await pilot.pause(0.5)
+    svg.parent.mkdir(parents=True, exist_ok=True)
+    svg.write_text(app.export_screenshot(title=title), encoding="utf-8")
 
 
 async def shoot(run: Path, svg: Path, pane: str, size: tuple[int, int]) -> None:
@@ -20,14 +33,7 @@ async def shoot(run: Path, svg: Path, pane: str, size: tuple[int, int]) -> None:
         await pilot.pause()
         if not app.model.rounds:
             raise SystemExit(f"{run}: no rounds to show (is it a run folder?)")
-        app.selected = app.model.best_round or app.model.latest()
-        app._refresh_all()
-        await pilot.pause()
-        await pilot.press(pane)
-        app.query_one("#rounds").focus()  # no blinking text cursor in the picture
-        await pilot.pause(0.5)
-        svg.parent.mkdir(parents=True, exist_ok=True)
-        svg.write_text(app.export_screenshot(title=f"cudaforge-tui --open {run.name}"), encoding="utf-8")
+        await save_best_round(app, pilot, svg, pane, f"cudaforge-tui --open {run.name}")
 
 
 def main() -> int:

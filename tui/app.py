@@ -154,8 +154,7 @@ class WorkbenchApp(App[int]):
     def on_mount(self) -> None:
         self.query_one(DecisionBar).display = False
         self.query_one("#banner").display = False
-        for pane in PANES:
-            self.query_one(f"#{pane}").display = pane == "source"
+        self._display_only(self.query_one(PaneTabs).active)
         self.set_interval(1.0, self._tick)
         self.query_one(RoundsPane).focus()
         self._load_config()
@@ -369,9 +368,12 @@ class WorkbenchApp(App[int]):
         tabs = self.query_one(PaneTabs)
         if tabs.active == name:
             return
+        self._display_only(name)
+        tabs.show(name, self.keys)
+
+    def _display_only(self, name: str) -> None:
         for pane in PANES:
             self.query_one(f"#{pane}").display = pane == name
-        tabs.show(name, self.keys)
 
     def _edited(self) -> bool:
         pending = self.model.pending
