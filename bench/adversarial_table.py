@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudaforge.engine.candidate import load_candidate
-from cudaforge.engine.evaluator import EvalOptions, Evaluator
+from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
 from cudaforge.engine.task import load_task
 
 CUDA = Path(__file__).resolve().parent.parent / "tests" / "adversarial" / "cuda"
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--gpu", type=int, default=0)
     args = ap.parse_args(argv)
-    from cudaforge.engine.gpus import gpu_spec_for_device
+    from cudaforge.engine.gpu.specs import gpu_spec_for_device
 
     profile = gpu_spec_for_device(args.gpu)
     options = EvalOptions(

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from cudaforge.engine.candidate import load_candidate
-from cudaforge.engine.evaluator import EvalOptions, Evaluator
+from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
 from cudaforge.engine.task import load_task
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -75,7 +75,7 @@ def main() -> int:
     p.add_argument("--parallel", type=int, default=8)
     p.add_argument("--trials", type=int, default=50)
     args = p.parse_args()
-    from cudaforge.engine.gpus import gpu_spec_for_device
+    from cudaforge.engine.gpu.specs import gpu_spec_for_device
 
     prof = gpu_spec_for_device(0)
     bw = getattr(prof, "dram_bandwidth_gbs", None) if prof else None

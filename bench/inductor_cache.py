@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from cudaforge.engine.candidate import load_candidate
-from cudaforge.engine.evaluator import EvalOptions, Evaluator
+from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
 from cudaforge.engine.task import load_task
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -156,7 +156,7 @@ def format_summary(summary: dict[str, Any]) -> str:
 async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | None, quiet: bool = False
                 ) -> list[dict[str, Any]]:
     from cudaforge.engine.candidate import Candidate
-    from cudaforge.engine.evaluator import Evaluator
+    from cudaforge.engine.evaluation.evaluator import Evaluator
     from cudaforge.engine.task import load_task
 
     queue: asyncio.Queue[Path] = asyncio.Queue()
@@ -200,12 +200,12 @@ async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | No
 
 
 def make_options(device: str, gpu: int, gpu_memory_gb: float | None, trials: int, cache_dir: Path | None) -> Any:
-    from cudaforge.engine.evaluator import EvalOptions
+    from cudaforge.engine.evaluation.evaluator import EvalOptions
 
     opts = EvalOptions(device=device, gpu=gpu, trials=trials, timing=dict(FAST_TIMING), gpu_memory_gb=gpu_memory_gb)
     if device == "cuda":
         try:
-            from cudaforge.engine.gpus import gpu_spec_for_device
+            from cudaforge.engine.gpu.specs import gpu_spec_for_device
 
             prof = gpu_spec_for_device(gpu)
             bandwidth = getattr(prof, "dram_bandwidth_gbs", None) if prof else None

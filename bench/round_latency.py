@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from cudaforge.engine.candidate import Candidate
-from cudaforge.engine.evaluator import EvalOptions, Evaluator
-from cudaforge.engine.profiler import Profiler
+from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
+from cudaforge.engine.evaluation.profiler import Profiler
 from cudaforge.engine.profiling import NcuSettings
 from cudaforge.engine.results import EvalResult
 from cudaforge.engine.task import Task, load_task

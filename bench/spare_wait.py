@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from cudaforge.engine.candidate import Candidate  # noqa: E402
 from cudaforge.engine.config import load_config  # noqa: E402
-from cudaforge.engine.evaluator import EvalOptions, Evaluator  # noqa: E402
+from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator  # noqa: E402
 from cudaforge.engine.session import PhaseChanged, RoundFinished, RunStore, create_session  # noqa: E402
 from cudaforge.engine.task import load_task  # noqa: E402
 from llm_server import Reply, ScriptedLLMServer  # noqa: E402

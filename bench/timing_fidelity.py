@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaforge.engine.candidate import load_candidate
-from cudaforge.engine.evaluator import EvalOptions, Evaluator
+from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
 from cudaforge.engine.task import load_task
 
 ROOT = Path(__file__).resolve().parent.parent

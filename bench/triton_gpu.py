@@ -37,8 +37,8 @@ EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(ROOT / "bench"))
 
 from cudaforge.engine.candidate import Candidate  # noqa: E402
-from cudaforge.engine.evaluator import EvalOptions, Evaluator  # noqa: E402
-from cudaforge.engine.profiler import Profiler  # noqa: E402
+from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator  # noqa: E402
+from cudaforge.engine.evaluation.profiler import Profiler  # noqa: E402
 from cudaforge.engine.profiling import NcuSettings  # noqa: E402
 from cudaforge.engine.task import load_task  # noqa: E402
 from round_latency import one_round  # noqa: E402

@@ -155,7 +155,7 @@ def _eprint(*a: Any) -> None:
 
 
 async def _cmd_eval(args: argparse.Namespace) -> int:
-    from cudaforge.engine.evaluator import EvalOptions, Evaluator
+    from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
     from cudaforge.engine.result_text import format_result
 
     config = load_config(args.config, _overrides(args))
@@ -178,7 +178,7 @@ def _peak_bandwidth(config: Any) -> float | None:
     if config.get("eval", "device") != "cuda":
         return None
     try:
-        from cudaforge.engine.gpus import gpu_spec_for_device
+        from cudaforge.engine.gpu.specs import gpu_spec_for_device
 
         profile = gpu_spec_for_device(config.get("eval", "gpu"))
         return getattr(profile, "dram_bandwidth_gbs", None) if profile else None
@@ -196,9 +196,9 @@ def _ncu_settings(config: Any) -> Any:
 
 async def _cmd_profile(args: argparse.Namespace) -> int:
     from cudaforge.engine.errors import ToolUnavailable
-    from cudaforge.engine.evaluator import EvalOptions, Evaluator
-    from cudaforge.engine.gpus import gpu_spec_for_device
-    from cudaforge.engine.profiler import Profiler
+    from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
+    from cudaforge.engine.evaluation.profiler import Profiler
+    from cudaforge.engine.gpu.specs import gpu_spec_for_device
     from cudaforge.engine.profiling.analysis import analyze
     from cudaforge.engine.profiling.render import format_profile
 
@@ -386,7 +386,7 @@ async def _cmd_export(args: argparse.Namespace) -> int:
 
 
 async def _cmd_runs(args: argparse.Namespace) -> int:
-    from cudaforge.engine.evaluator import default_cache_dir
+    from cudaforge.engine.evaluation.evaluator import default_cache_dir
     from cudaforge.engine.session.store import list_runs, prune_cache, prune_runs
 
     config = load_config(args.config, {"run.folder": args.runs})

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from cudaforge.engine.gpus import (
+from cudaforge.engine.gpu.specs import (
     GpuSpec,
     compare_with_properties,
     detect_gpu_spec,

@@ -11,7 +11,7 @@ import asyncio
 from pathlib import Path
 
 from cudaforge.engine.candidate import Candidate, check_candidate_source
-from cudaforge.engine.evaluator import EvalOptions, Evaluator
+from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
 from cudaforge.engine.results import EvalResult
 from cudaforge.engine.task import load_task
 

@@ -44,7 +44,7 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def cpu_options(cache_dir: Path):  # -> EvalOptions
-    from cudaforge.engine.evaluator import EvalOptions
+    from cudaforge.engine.evaluation.evaluator import EvalOptions
 
     return EvalOptions(
         device="cpu",
@@ -58,7 +58,7 @@ def cpu_options(cache_dir: Path):  # -> EvalOptions
 
 @pytest.fixture(scope="session")
 def gpu_options(cache_dir: Path):  # -> EvalOptions
-    from cudaforge.engine.evaluator import EvalOptions
+    from cudaforge.engine.evaluation.evaluator import EvalOptions
 
     return EvalOptions(
         device="cuda",

@@ -198,7 +198,7 @@ CUDA_TASK = ADV / "cuda" / "task.py"
 
 @pytest.fixture(scope="module")
 def gpu_opts(gpu_options):
-    from cudaforge.engine.gpus import gpu_spec_for_device
+    from cudaforge.engine.gpu.specs import gpu_spec_for_device
 
     profile = gpu_spec_for_device(gpu_options.gpu)
     peak = getattr(profile, "dram_bandwidth_gbs", None) if profile else None
@@ -287,7 +287,7 @@ def test_gpu_spare_of_another_session_is_not_gpu_shared(gpu_opts, tmp_path) -> N
         "import signal, sys, time\n"
         "from pathlib import Path\n"
         "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))  # atexit then kills the spare\n"
-        "from cudaforge.engine.evaluator import EvalOptions, Evaluator\n"
+        "from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator\n"
         f"ev = Evaluator(EvalOptions(device='cuda', gpu={gpu_opts.gpu}, cache_dir=Path({str(tmp_path)!r})))\n"
         "ev.prewarm()\n"
         "while ev.spare.ready() is None:\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from cudaforge.engine.agents.offline_judge import OfflineJudge
-from cudaforge.engine.gpus import detect_gpu_spec, gpu_spec_from_properties
+from cudaforge.engine.gpu.specs import detect_gpu_spec, gpu_spec_from_properties
 from cudaforge.engine.profiling import (
     NcuSettings,
     ProfileResult,

@@ -114,7 +114,7 @@ def test_module_style_import_converts_both_ways() -> None:
     ("from cudaforge.engine.nvrtc import load_kernel\nS = '__global__ void k(float* y) {}'\n"
      "_k = load_kernel(S, 'k', options=['--gpu-architecture=sm_90'])\nclass ModelNew: pass\n",
      "has no checked nvcc equivalent"),
-    ("from cudaforge.engine.profiler import Profiler\nclass ModelNew: pass\n", "line 1: imports cudaforge.engine.profiler"),
+    ("from cudaforge.engine.evaluation.profiler import Profiler\nclass ModelNew: pass\n", "line 1: imports cudaforge.engine.evaluation.profiler"),
     ("def f(:\n", "does not parse"),
 ])
 def test_unconvertible_candidates_raise_a_clear_error(source: str, message: str) -> None:
@@ -170,7 +170,7 @@ GPU_STANDALONE = [p for p in NVRTC if p.parent.name in ("relu", "softmax", "matm
 def test_gpu_standalone_is_accepted_and_bit_identical(path: Path, gpu_options, tmp_path: Path) -> None:
     import torch
     from cudaforge.engine.candidate import Candidate
-    from cudaforge.engine.evaluator import Evaluator
+    from cudaforge.engine.evaluation.evaluator import Evaluator
     from cudaforge.engine.task import load_task
 
     text = to_standalone(path.read_text())
@@ -189,7 +189,7 @@ def test_gpu_standalone_is_accepted_and_bit_identical(path: Path, gpu_options, t
 def test_gpu_inline_export_is_accepted_and_bit_identical(name: str, gpu_options, tmp_path: Path) -> None:
     import torch
     from cudaforge.engine.candidate import Candidate
-    from cudaforge.engine.evaluator import Evaluator
+    from cudaforge.engine.evaluation.evaluator import Evaluator
     from cudaforge.engine.task import load_task
 
     path = EXAMPLES / name / "nvrtc.py"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from cudaforge.engine.candidate import Candidate, load_candidate
-from cudaforge.engine.evaluator import Evaluator
+from cudaforge.engine.evaluation.evaluator import Evaluator
 from cudaforge.engine.results import EvalResult
 from cudaforge.engine.task import load_task
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from cudaforge.engine.candidate import load_candidate
-from cudaforge.engine.evaluator import Evaluator
+from cudaforge.engine.evaluation.evaluator import Evaluator
 from cudaforge.engine.task import load_task
 
 pytestmark = pytest.mark.gpu

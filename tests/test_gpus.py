@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 from cudaforge.engine.errors import ConfigError
-from cudaforge.engine.gpus import (
+from cudaforge.engine.gpu.specs import (
     NUMERIC_FIELDS,
     TENSOR_FIELDS,
     compare_with_properties,

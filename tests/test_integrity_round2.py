@@ -1,5 +1,5 @@
 """Unit tests of the second round's runtime checks (engine/integrity/runtime.py), the gpu_shared filter
-(engine/gpu_lock.py), the result consistency check and the random seed (engine/evaluator.py).
+(engine/gpu/lock.py), the result consistency check and the random seed (engine/evaluation/evaluator.py).
 Everything here runs in this process in milliseconds; the end-to-end cases are in test_adversarial.py."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from cudaforge.engine import result_cache
-from cudaforge.engine.evaluator import EvalOptions, Evaluator, forgery_finding
-from cudaforge.engine.gpu_lock import (
+from cudaforge.engine.evaluation import result_cache
+from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator, forgery_finding
+from cudaforge.engine.evaluation.sandbox import MARKER_VAR
+from cudaforge.engine.gpu.lock import (
     cudaforge_gpu_bytes,
     foreign_gpu_processes,
     is_cudaforge_process,
@@ -30,7 +31,6 @@ from cudaforge.engine.integrity.runtime import (
     size_constants,
     smaller_size,
 )
-from cudaforge.engine.sandbox import MARKER_VAR
 from cudaforge.engine.worker.job import WorkerReport
 
 # ------------------------------------------------------------------ pytorch_fallback rule
@@ -247,7 +247,7 @@ def test_memory_our_other_workers_hold_counts_as_free_for_the_fit_check(tmp_path
     """A batch runs sessions side by side: the memory another session's worker holds now is freed before
     it gives the GPU lock up, so the fit check counts it as free; a foreign process's memory is not.
     nvidia-smi is a script here (CI has no GPU) that answers both queries the fit check makes."""
-    from cudaforge.engine.fit import card_free_bytes
+    from cudaforge.engine.evaluation.fit import card_free_bytes
 
     code = "import time; time.sleep(30)"
     ours = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, MARKER_VAR: "test-marker"})

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from cudaforge.engine import observe
 from cudaforge.engine.config import load_config
-from cudaforge.engine.evaluator import EvalOptions, Evaluator
+from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
 from cudaforge.engine.integrity.runtime import FixedValueProbe
 from cudaforge.engine.worker import memory
 from cudaforge.engine.worker.compare import compare_output
@@ -129,11 +130,11 @@ def test_sliced_compare_equals_the_whole_tensor_compare(monkeypatch: pytest.Monk
 def test_fingerprint_and_bits_equal_see_any_change() -> None:
     x = torch.randn(1000)
     y = x.clone()
-    assert memory.fingerprint(x) == memory.fingerprint(y) and memory.bits_equal(x, y)
+    assert observe.fingerprint(x) == observe.fingerprint(y) and observe.bits_equal(x, y)
     y[999] = torch.nextafter(y[999], torch.tensor(10.0))
-    assert memory.fingerprint(x) != memory.fingerprint(y) and not memory.bits_equal(x, y)
+    assert observe.fingerprint(x) != observe.fingerprint(y) and not observe.bits_equal(x, y)
     n = torch.full((10,), float("nan"))
-    assert memory.bits_equal(n, n.clone())  # bitwise: a NaN left alone is unchanged
+    assert observe.bits_equal(n, n.clone())  # bitwise: a NaN left alone is unchanged
 
 
 def test_gpu_memory_gb_key_flag_and_worker_note(tmp_path: Path, cpu_options: EvalOptions) -> None:

@@ -15,9 +15,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from cudaforge.engine import result_cache
 from cudaforge.engine.candidate import load_candidate
-from cudaforge.engine.evaluator import Evaluator
+from cudaforge.engine.evaluation import result_cache
+from cudaforge.engine.evaluation.evaluator import Evaluator
 from cudaforge.engine.results import EvalResult, Finding, WorkerExit
 from cudaforge.engine.task import load_task
 
@@ -133,7 +133,7 @@ def test_old_result_json_without_cached_field_loads() -> None:
 
 
 def test_environment_is_read_without_importing_torch() -> None:
-    code = ("import sys; from cudaforge.engine import result_cache as r; e = r.environment('cpu', 0); "
+    code = ("import sys; from cudaforge.engine.evaluation import result_cache as r; e = r.environment('cpu', 0); "
             "print(e['software']['torch'], 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[0] not in ("", "unknown") and out[1] == "False"
@@ -239,7 +239,7 @@ def test_spare_dies_with_the_app(cpu_options, tmp_path: Path) -> None:
     script.write_text(textwrap.dedent(f"""
         import json, os, sys, time
         from pathlib import Path
-        from cudaforge.engine.evaluator import EvalOptions, Evaluator
+        from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
         ev = Evaluator(EvalOptions(device="cpu", cache_dir=Path({str(cpu_options.cache_dir)!r})))
         ev.prewarm()
         while ev.spare.ready() is None:
@@ -254,7 +254,7 @@ def test_spare_dies_with_the_app(cpu_options, tmp_path: Path) -> None:
 
 def test_gpu_lock_is_one_per_machine_whatever_the_cache_dir(cpu_options, tmp_path: Path, monkeypatch) -> None:
     """Two sessions with different cache dirs must still never time on one GPU at the same moment."""
-    from cudaforge.engine.evaluator import EvalOptions
+    from cudaforge.engine.evaluation.evaluator import EvalOptions
 
     monkeypatch.delenv("CUDAFORGE_LOCK_DIR", raising=False)
     specs = [Evaluator(EvalOptions(device="cuda", gpu=1, cache_dir=tmp_path / d)).worker_job(
@@ -296,7 +296,7 @@ def test_spare_gpu_warm_up_waits_for_the_gpu_lock(tmp_path: Path) -> None:
 def test_cuda_spare_is_started_with_the_gpu_lock_and_cupti_warm_up(tmp_path: Path, monkeypatch) -> None:
     """The evaluation spare holds the lock while warming and starts CUPTI; on a machine without a GPU it
     skips the GPU part and is ready all the same."""
-    from cudaforge.engine.evaluator import EvalOptions
+    from cudaforge.engine.evaluation.evaluator import EvalOptions
 
     monkeypatch.setenv("CUDAFORGE_LOCK_DIR", str(tmp_path / "locks"))
     ev = Evaluator(EvalOptions(device="cuda", cache_dir=tmp_path / "cache"))

@@ -293,7 +293,7 @@ def test_unreachable_cluster_is_a_one_line_error(tmp_path: Path, capsys: pytest.
 def test_spare_whose_supervisor_is_killed_while_warming_up_exits(cpu_options: Any) -> None:
     """Ray kills an actor's child processes with SIGKILL (its sandbox supervisors); a spare still
     warming up then must not wait for a job forever."""
-    from cudaforge.engine.evaluator import Evaluator
+    from cudaforge.engine.evaluation.evaluator import Evaluator
 
     evaluator = Evaluator(cpu_options)
     evaluator.prewarm()

@@ -9,7 +9,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from cudaforge.engine.sandbox import run_sandboxed, scrub_env
+from cudaforge.engine.evaluation.sandbox import run_sandboxed, scrub_env
 
 
 def test_scrub_env_drops_credentials() -> None:

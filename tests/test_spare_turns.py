@@ -1,5 +1,5 @@
 """Spares for back-to-back rounds: the next spare starts when one takes its job, and an idle spare's
-GPU warm-up lets announced jobs take the per-GPU lock first (engine/gpu_turns.py)."""
+GPU warm-up lets announced jobs take the per-GPU lock first (engine/gpu/turns.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from cudaforge.engine.candidate import load_candidate
-from cudaforge.engine.evaluator import EvalOptions, Evaluator
-from cudaforge.engine.gpu_turns import announce_job, jobs_dir, jobs_waiting, warmup_turn, withdraw_job
+from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
+from cudaforge.engine.gpu.turns import announce_job, jobs_dir, jobs_waiting, warmup_turn, withdraw_job
 from cudaforge.engine.task import load_task
 
 HERE = Path(__file__).parent / "core_tasks"

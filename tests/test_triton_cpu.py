@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from cudaforge.engine.candidate import Candidate, load_candidate
 from cudaforge.engine.cli import exit_code_for
-from cudaforge.engine.evaluator import Evaluator
+from cudaforge.engine.evaluation.evaluator import Evaluator
 from cudaforge.engine.result_text import format_result
 from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult
 from cudaforge.engine.task import load_task

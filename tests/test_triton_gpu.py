@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from cudaforge.engine.candidate import Candidate, load_candidate
-from cudaforge.engine.evaluator import Evaluator
+from cudaforge.engine.evaluation.evaluator import Evaluator
 from cudaforge.engine.task import load_task
 
 pytestmark = pytest.mark.gpu
@@ -50,7 +50,7 @@ def test_triton_compile_error_on_the_gpu_names_the_line(gpu_options) -> None:
 
 
 def test_triton_kernels_are_profiled(gpu_options) -> None:
-    from cudaforge.engine.profiler import Profiler
+    from cudaforge.engine.evaluation.profiler import Profiler
     from cudaforge.engine.profiling import NcuSettings
 
     ev = Evaluator(gpu_options)

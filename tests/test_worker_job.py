@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 from cudaforge.engine.candidate import Candidate
-from cudaforge.engine.evaluator import EvalOptions, Evaluator
+from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
+from cudaforge.engine.evaluation.sandbox import ProcessOutcome
 from cudaforge.engine.integrity.registry import finding
 from cudaforge.engine.results import Correctness, KernelLaunch, TrialCheck
-from cudaforge.engine.sandbox import ProcessOutcome
 from cudaforge.engine.task import Task
 from cudaforge.engine.worker.job import EvalJob, WorkerReport
 

@@ -153,7 +153,7 @@ def check_cache_reuse(
     Exceptions raised by the callables propagate (the worker classifies them).
     """
     import torch
-    from cudaforge.engine.worker.memory import fingerprint
+    from cudaforge.engine.observe import fingerprint
 
     def clone(values: list[Any]) -> list[Any]:
         return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]

@@ -83,7 +83,7 @@ _KINDS = (
                 "a timer, sync, event or comparison function of the harness was replaced", "runtime"),
     FindingKind("background_threads", "fail",
                 "the candidate started threads that keep running", "runtime"),
-    # App: what the app sees around the worker (engine/evaluator.py).
+    # App: what the app sees around the worker (engine/evaluation/evaluator.py).
     FindingKind("gpu_shared", "warn", "other processes use the GPU; timings may be disturbed", "app"),
 )
 

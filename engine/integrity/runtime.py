@@ -28,9 +28,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cudaforge.engine.integrity.registry import finding
+from cudaforge.engine.observe import CHUNK_ELEMENTS, EXT_RANGE, custom_launches
 from cudaforge.engine.results import Finding
-from cudaforge.engine.worker.harness import EXT_RANGE, custom_launches
-from cudaforge.engine.worker.memory import CHUNK_ELEMENTS
 
 # ------------------------------------------------------------------ pytorch_fallback
 

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from cudaforge.engine.gpus import GpuSpec
+from cudaforge.engine.gpu.specs import GpuSpec
 from cudaforge.engine.profiling.result import KernelProfile, ProfileResult
 
 MEMORY_BOUND = "memory-bound"

@@ -5,7 +5,7 @@ Three layers, so async callers can use their own process runner:
 - `interpret_output`: pure, from ncu's stdout/stderr text + exit status to a `ProfileResult`;
 - `run_profile`: the synchronous whole, with an injectable `run_process`.
 The default process runner writes stdout/stderr to files (a pipe can fill and block ncu), starts a
-new session and kills the whole process group on timeout. engine/sandbox.py replaces it.
+new session and kills the whole process group on timeout. engine/evaluation/sandbox.py replaces it.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def run_process(
     """Run `argv` in its own session with output to files; on timeout TERM then KILL its group.
 
     Any process left in the group after the leader exits is killed too. (A descendant that called
-    setsid escapes a process group; engine/sandbox.py's subreaper sweep covers that case.)
+    setsid escapes a process group; engine/evaluation/sandbox.py's subreaper sweep covers that case.)
     """
     start = time.monotonic()
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:

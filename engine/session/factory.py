@@ -11,15 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudaforge.engine.backend import (
+from cudaforge.engine.config import Config, config_from_data, config_to_data
+from cudaforge.engine.errors import ConfigError, UsageError
+from cudaforge.engine.evaluation.backend import (
     EvalBackend,
     ProfileBackend,
     SessionBackend,
     device_gpu_spec,
     local_parts,
 )
-from cudaforge.engine.config import Config, config_from_data, config_to_data
-from cudaforge.engine.errors import ConfigError, UsageError
 from cudaforge.engine.llm.types import UsageLedger
 from cudaforge.engine.session.decisions import Driver
 from cudaforge.engine.session.session import EventHook, Session, SessionPolicy

@@ -2,10 +2,10 @@
 driver keeps everything else.
 
 `RayPool` connects to the cluster (`[batch] address`, else Ray's RAY_ADDRESS, else a local Ray
-instance it starts) and creates one long-lived `EvalActor` (engine/ray_actor.py) per GPU of every
+instance it starts) and creates one long-lived `EvalActor` (engine/session/ray_actor.py) per GPU of every
 node that has one, with `num_gpus=1`; on the CPU device, one per node with `num_cpus=1`. Each
 session of the batch gets a `RayEvaluator` (and on CUDA with ncu on, a `RayProfiler`): proxies with
-the local Evaluator's and Profiler's interface (engine/backend.py) that send the job (config, task
+the local Evaluator's and Profiler's interface (engine/evaluation/backend.py) that send the job (config, task
 source, candidate source) to a free actor and turn the returned document back into the same typed
 EvalResult / ProfileResult. Placement is Ray's; the pool only picks the least busy live actor.
 
@@ -30,10 +30,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from cudaforge.engine.backend import ncu_settings
 from cudaforge.engine.candidate import Candidate
 from cudaforge.engine.config import Config, config_to_data
 from cudaforge.engine.errors import ToolUnavailable
+from cudaforge.engine.evaluation.backend import ncu_settings
 from cudaforge.engine.fsutil import atomic_write_json, read_json
 from cudaforge.engine.profiling import ProfileResult
 from cudaforge.engine.results import EvalResult, WorkerExit
@@ -304,7 +304,7 @@ class RayPool:
             wanted.extend(((node_id, k), node) for k in range(count) if (node_id, k) not in self._actors)
         if not wanted:
             return
-        from cudaforge.engine.ray_actor import EvalActor
+        from cudaforge.engine.session.ray_actor import EvalActor
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         remote = ray.remote(EvalActor)

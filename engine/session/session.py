@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from cudaforge.engine.agents import Coder, Judge, RoundNote
-from cudaforge.engine.backend import EvalBackend, ProfileBackend
 from cudaforge.engine.candidate import Candidate, check_candidate_source
 from cudaforge.engine.errors import EXIT_UNAVAILABLE, CandidateError
+from cudaforge.engine.evaluation.backend import EvalBackend, ProfileBackend
 from cudaforge.engine.fsutil import atomic_write_text
 from cudaforge.engine.llm.types import REPEATING_ERRORS, CallRecord, UsageLedger
 from cudaforge.engine.profiling.analysis import Analysis, analyze
@@ -235,11 +235,11 @@ class Session:
             n += 1
 
     async def _does_not_fit(self) -> str:
-        """The task cannot fit the card (engine/fit.py): said once, before the Coder writes a candidate."""
+        """The task cannot fit the card (engine/evaluation/fit.py): said once, before the Coder writes a candidate."""
         options = getattr(self.evaluator, "options", None)
         if options is None or getattr(options, "device", "cpu") != "cuda":
             return ""
-        from cudaforge.engine.fit import check_task_fit
+        from cudaforge.engine.evaluation.fit import check_task_fit
 
         try:
             fit = await check_task_fit(self.task.path, options)

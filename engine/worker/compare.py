@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from cudaforge.engine.observe import CHUNK_ELEMENTS
 from cudaforge.engine.results import OutputCheck, WorstElement
-from cudaforge.engine.worker.memory import CHUNK_ELEMENTS
 
 _CHUNK = CHUNK_ELEMENTS  # elements per compared slice: ~0.4 GiB of fp32 temporaries at most
 

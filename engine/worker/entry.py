@@ -29,7 +29,7 @@ def main(argv: list[str]) -> int:
     job = EvalJob.from_dict(json.loads(Path(argv[0]).read_text()))
     set_progress(Path(job.progress_path))
     if job.gpu_lock_path:
-        from cudaforge.engine.gpu_turns import announce_job
+        from cudaforge.engine.gpu.turns import announce_job
 
         announce_job(job.gpu_lock_path)  # a job: idle spares let it take the GPU lock first
     result_path = Path(job.result_path)
@@ -91,11 +91,11 @@ SPARE_READY = "ready.json"
 @contextlib.contextmanager
 def _gpu_lock(path: str | None, has_job: Callable[[], bool] = lambda: False) -> Iterator[None]:
     """Hold the per-GPU file lock (when one is given) for the spare's GPU warm-up only; announced jobs
-    (evaluations, profiles) take it first (engine/gpu_turns.py)."""
+    (evaluations, profiles) take it first (engine/gpu/turns.py)."""
     if not path:
         yield
         return
-    from cudaforge.engine.gpu_turns import warmup_turn
+    from cudaforge.engine.gpu.turns import warmup_turn
 
     with warmup_turn(path, has_job):
         yield
@@ -163,7 +163,7 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
         time.sleep(0.002)
     spec_path = json.loads(job.read_text())["spec"]
     if lock_path:
-        from cudaforge.engine.gpu_turns import announce_job
+        from cudaforge.engine.gpu.turns import announce_job
 
         announce_job(lock_path)  # from now until it holds the lock, idle spares' warm-ups wait for it
     waited = 0.0  # how long the job waited for this spare to finish warming up

@@ -1,6 +1,6 @@
 """The worker's toolkit: phases and progress, loading files, the build recorder, inputs, numerics.
 
-Runs inside the sandbox (see engine/sandbox.py); everything here may be crashed or hung by the
+Runs inside the sandbox (see engine/evaluation/sandbox.py); everything here may be crashed or hung by the
 candidate, so progress is written to a file before each phase (phase) and the result is written once,
 atomically, at the end (write_result). The process entry points are in entry.py, the timing code in
 timing.py, the evaluation flow in pipeline.py.
@@ -20,10 +20,10 @@ import types
 from pathlib import Path
 from typing import Any
 
+from cudaforge.engine.observe import EXT_RANGE
 from cudaforge.engine.worker.failures import TaskFailure
 
 _PROGRESS: Path | None = None
-EXT_RANGE = "cudaforge_ext::"  # profiler label of extension-function calls while `label_calls` is set
 _PHASES: dict[str, float] = {}
 _PHASE_START: list[Any] = [None, 0.0]
 
@@ -143,27 +143,6 @@ class BuildRecorder:
                 return value
 
         return Counted()
-
-
-def custom_launches(recorder: BuildRecorder) -> dict[str, int]:
-    counts = dict(recorder.calls)
-    nvrtc = sys.modules.get("cudaforge.engine.nvrtc")
-    if nvrtc is not None:
-        counts.update({f"nvrtc:{k}": v for k, v in nvrtc.LAUNCH_COUNTS.items()})
-    triton_launches = sys.modules.get("cudaforge.engine.worker.triton_support")
-    if triton_launches is not None:
-        counts.update(triton_launches.launches())
-    return counts
-
-
-def reset_launches(recorder: BuildRecorder) -> None:
-    recorder.calls.clear()
-    nvrtc = sys.modules.get("cudaforge.engine.nvrtc")
-    if nvrtc is not None:
-        nvrtc.LAUNCH_COUNTS.clear()
-    triton_launches = sys.modules.get("cudaforge.engine.worker.triton_support")
-    if triton_launches is not None:
-        triton_launches.LAUNCH_COUNTS.clear()
 
 
 # ------------------------------------------------------------------ inputs

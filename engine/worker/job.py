@@ -1,7 +1,7 @@
 """The two messages between the app and the worker: the job it is given and the report it writes.
 
 Both travel as JSON files (worker.json, result.json); these frozen dataclasses are what each side
-reads, by attribute. The app builds an `EvalJob` (engine/evaluator.py), the worker reads it with
+reads, by attribute. The app builds an `EvalJob` (engine/evaluation/evaluator.py), the worker reads it with
 `EvalJob.from_dict`; the worker writes a `WorkerReport`, the app reads it back with
 `WorkerReport.from_dict` and builds the EvalResult from it field by field. Standard library and
 engine/results.py only: the app imports this without torch.

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 GIB = 1 << 30
 SLACK_BYTES = GIB  # the L2 flush buffer, CUDA/cuBLAS workspaces, compare chunks
 FACTOR = 3  # evaluation peak <= FACTOR x reference peak + SLACK_BYTES
-CHUNK_ELEMENTS = 1 << 24  # elements per slice of a whole-tensor pass (fingerprints, compares, the fixed-value probe)
 
 # Which side is allocating right now: named in an out-of-memory message.
 _SIDE: list[str] = ["harness"]
@@ -275,56 +274,6 @@ def release() -> None:
         torch.cuda.empty_cache()
 
 
-# ------------------------------------------------------------------ exact fingerprints (no full-size copy)
-
-
-def fingerprint(t: Any) -> tuple[Any, ...]:
-    """An exact-content fingerprint of a tensor, computed in slices on its device: two position-weighted
-    integer sums of its raw bits. Used where keeping a full copy only to compare it later would double
-    the memory (the reference's inputs before and after its call). Not for candidate-controlled data
-    where a collision could be engineered: there the tensors themselves are compared."""
-    import torch
-
-    if not isinstance(t, torch.Tensor) or t.numel() == 0:
-        return (0,)
-    if t.device.type == "cpu":  # on the host, a real hash of the bytes is cheaper than the sums below
-        import hashlib
-
-        data = t.detach().contiguous().view(-1).view(torch.uint8).numpy()
-        return (hashlib.blake2b(memoryview(data), digest_size=16).hexdigest(), t.numel(), str(t.dtype))
-    flat = t.detach().contiguous().view(-1)
-    nbytes = flat.numel() * flat.element_size()
-    raw = flat.view(torch.uint8)
-    if nbytes % 4 == 0:
-        with contextlib.suppress(RuntimeError):  # a view at an offset not aligned to 4 bytes stays in bytes
-            raw = raw.view(torch.int32)
-    s1 = torch.zeros((), dtype=torch.int64, device=t.device)
-    s2 = torch.zeros((), dtype=torch.int64, device=t.device)
-    for start in range(0, raw.numel(), CHUNK_ELEMENTS):
-        part = raw[start:start + CHUNK_ELEMENTS].to(torch.int64)
-        pos = torch.arange(start, start + part.numel(), device=t.device, dtype=torch.int64)
-        s1 += part.sum()
-        s2 += (part * ((pos * 2654435761) % 2147483629 + 1)).sum()
-        del part, pos
-    return (int(s1), int(s2), t.numel(), str(t.dtype))
-
-
-def bits_equal(a: Any, b: Any) -> bool:
-    """Exact (bitwise, so NaN equals the same NaN) equality of two tensors, in slices: no full-size mask."""
-    import torch
-
-    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-        return a is b or a == b
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.numel() == 0:
-        return True
-    fa = a.detach().contiguous().view(-1).view(torch.uint8)
-    fb = b.detach().to(a.device).contiguous().view(-1).view(torch.uint8)
-    step = CHUNK_ELEMENTS * 4
-    return all(torch.equal(fa[i:i + step], fb[i:i + step]) for i in range(0, fa.numel(), step))
-
-
 def held_bytes() -> int:
     """Device memory this process's allocator still reserves (0 off CUDA)."""
     import torch
@@ -385,7 +334,7 @@ def check_task(job: EvalJob, task: Any, init: list[Any], device: Any, float_dtyp
     if not fits(fp["footprint_bytes"], free, cap):
         # Our other evaluations free their memory before they hand the GPU lock over: count it as free
         # now, and check the card's real free memory again once this one holds the lock (recheck_fit).
-        from cudaforge.engine.gpu_lock import cudaforge_gpu_bytes
+        from cudaforge.engine.gpu.lock import cudaforge_gpu_bytes
 
         free += cudaforge_gpu_bytes(job.gpu)
     mem.update(free_bytes=free, total_bytes=total, cap_bytes=cap, fits=fits(fp["footprint_bytes"], free, cap))
@@ -471,7 +420,7 @@ def finish(result: dict[str, Any]) -> None:
 def footprint_main(argv: list[str]) -> int:
     """`python -m cudaforge.engine.worker.memory TASK SEED PRECISION`: the task's meta footprint as one
     JSON line (no device memory, no CUDA context), or {"error": ..., "kind": ...} for a task that cannot
-    load. The parent (engine/fit.py) compares it with the card."""
+    load. The parent (engine/evaluation/fit.py) compares it with the card."""
     import importlib.util
     import json
 

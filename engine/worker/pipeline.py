@@ -10,11 +10,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from cudaforge.engine import observe
 from cudaforge.engine.compiler_log import first_error_text
 from cudaforge.engine.integrity import evidence
 from cudaforge.engine.integrity import runtime as runtime_checks
 from cudaforge.engine.integrity.outputs import check_cache_reuse
 from cudaforge.engine.integrity.static import source_findings
+from cudaforge.engine.observe import custom_launches, reset_launches
 from cudaforge.engine.results import Finding, to_dict
 from cudaforge.engine.worker import memory, triton_support
 from cudaforge.engine.worker.compare import DEFAULT_TOLERANCE, compare_output, flatten_outputs
@@ -23,11 +25,9 @@ from cudaforge.engine.worker.harness import (
     BuildRecorder,
     clone_inputs,
     current_numerics,
-    custom_launches,
     import_file,
     make_inputs,
     phase,
-    reset_launches,
     set_default_numerics,
     set_reference_numerics,
     shift_distribution,
@@ -245,7 +245,7 @@ def correctness(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any
             inputs = shift_distribution(inputs, seed)
         # The reference works on the draw itself, the candidate on one clone; the draw's fingerprint
         # stands in for a third copy (engine/worker/memory.py).
-        original_prints = [memory.fingerprint(x) if isinstance(x, torch.Tensor) else None for x in inputs]
+        original_prints = [observe.fingerprint(x) if isinstance(x, torch.Tensor) else None for x in inputs]
         ref_in, cand_in = inputs, clone_inputs(inputs)
         order = "reference_first" if i % 2 == 0 else "candidate_first"
         set_reference_numerics()
@@ -270,9 +270,9 @@ def correctness(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any
         # Input mutation: compare what each side did to its own copy of the inputs.
         for k, (orig, r, c) in enumerate(zip(original_prints, ref_in, cand_in, strict=True)):
             if orig is not None:
-                ref_changed = memory.fingerprint(r) != orig
+                ref_changed = observe.fingerprint(r) != orig
                 # With the reference's copy unchanged it equals the original: compare the candidate's to it exactly.
-                if not ref_changed and not memory.bits_equal(r, c):
+                if not ref_changed and not observe.bits_equal(r, c):
                     mutated.add(k)
         r = c = None  # the loop's names would keep this trial's inputs alive into the next
         if _storage_ptrs(got) & _storage_ptrs(cand_in) and not (_storage_ptrs(expected) & _storage_ptrs(ref_in)):
@@ -568,7 +568,7 @@ def _acquire_gpu(job: EvalJob) -> None:
     lock = FileLock(path)
     lock.acquire()
     _HELD_LOCKS.append(lock)  # released when the worker process exits
-    from cudaforge.engine.gpu_turns import withdraw_job
+    from cudaforge.engine.gpu.turns import withdraw_job
 
     withdraw_job(path)
 

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from cudaforge.engine import __version__
-from cudaforge.engine.backend import device_gpu_spec, local_parts
 from cudaforge.engine.candidate import Candidate
 from cudaforge.engine.config import Config, config_from_data
-from cudaforge.engine.evaluator import default_cache_dir
+from cudaforge.engine.evaluation.backend import device_gpu_spec, local_parts
+from cudaforge.engine.evaluation.evaluator import default_cache_dir
 from cudaforge.engine.fsutil import atomic_write_text
-from cudaforge.engine.gpu_lock import gpu_lock_dir
+from cudaforge.engine.gpu.lock import gpu_lock_dir
 from cudaforge.engine.task import Task
 
 

@@ -16,14 +16,20 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from cudaforge.engine import result_cache
 from cudaforge.engine.candidate import Candidate
 from cudaforge.engine.config import Config
-from cudaforge.engine.gpu_lock import foreign_gpu_processes, gpu_lock_path
+from cudaforge.engine.evaluation import result_cache
+from cudaforge.engine.evaluation.sandbox import (
+    ProcessOutcome,
+    live_sandbox_pids,
+    run_sandboxed,
+    tail,
+    wait_sandboxed,
+)
+from cudaforge.engine.evaluation.spare import DEFAULT_IDLE_S, Spare, start_spare
+from cudaforge.engine.gpu.lock import foreign_gpu_processes, gpu_lock_path
 from cudaforge.engine.integrity.registry import apply_policy, finding
 from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult, Finding, WorkerExit
-from cudaforge.engine.sandbox import ProcessOutcome, live_sandbox_pids, run_sandboxed, tail, wait_sandboxed
-from cudaforge.engine.spare import DEFAULT_IDLE_S, Spare, start_spare
 from cudaforge.engine.task import Task
 from cudaforge.engine.worker.job import EvalJob, Mode, WorkerReport
 
@@ -66,7 +72,7 @@ class EvalOptions:
     speed_of_light_margin: float = 1.0
     peak_bandwidth_gbs: float | None = None
     python: str = sys.executable
-    # Reuse results of an identical candidate (engine/result_cache.py). Off unless the caller asks:
+    # Reuse results of an identical candidate (engine/evaluation/result_cache.py). Off unless the caller asks:
     # the session/CLI opt in (EvalOptions.from_config(config, result_cache=True)).
     result_cache: bool = False
     spare_idle_s: float = DEFAULT_IDLE_S  # how long a pre-warmed spare may wait for its job
@@ -138,7 +144,7 @@ class Evaluator:
         self._spare: Spare | None = None
         # Once a caller has asked for a spare, a new one is started as soon as one takes its job (not
         # after the evaluation): its process start and imports overlap the evaluation, and only the
-        # GPU part of its warm-up waits for the lock (after the jobs: engine/gpu_turns.py).
+        # GPU part of its warm-up waits for the lock (after the jobs: engine/gpu/turns.py).
         self._keep_warm = False
         self.last_wall_s: float = 0.0  # seconds of the last evaluate() (cache lookup to result)
 

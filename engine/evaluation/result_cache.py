@@ -43,10 +43,10 @@ KEY_VERSION = 1
 # The evaluation settings that change what a result says (timeouts, paths and limits do not).
 EVAL_RELEVANT = ("device", "precision", "trials", "seed", "atol", "rtol", "second_distribution", "timing",
                  "integrity_policy", "speed_of_light_margin", "peak_bandwidth_gbs", "gpu_memory_gb")
-_ENGINE = Path(__file__).resolve().parent
+_ENGINE = Path(__file__).resolve().parent.parent  # engine/
 _CODE_FILES = ("worker/harness.py", "worker/pipeline.py", "worker/entry.py", "worker/failures.py", "worker/job.py",
                "worker/timing.py", "worker/compare.py", "integrity/registry.py", "integrity/static.py",
-               "integrity/runtime.py", "integrity/outputs.py", "integrity/evidence.py", "results.py", "nvrtc.py", "evaluator.py", "worker/triton_support.py", "worker/memory.py")
+               "integrity/runtime.py", "integrity/outputs.py", "integrity/evidence.py", "results.py", "observe.py", "nvrtc.py", "evaluation/evaluator.py", "worker/triton_support.py", "worker/memory.py")
 
 
 def _canonical(value: Any) -> Any:

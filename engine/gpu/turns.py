@@ -1,6 +1,6 @@
 """Jobs before warm-ups at the per-GPU lock.
 
-The per-GPU file lock (engine/gpu_lock.py) serialises everything that touches the GPU: evaluations,
+The per-GPU file lock (engine/gpu/lock.py) serialises everything that touches the GPU: evaluations,
 profiles and the GPU part of a spare's warm-up (CUDA context, CUPTI). A flock has no order, so a
 spare that warms up for a *later* round could take the lock between this round's evaluation and its
 profile and delay the profile by its whole warm-up (context creation, CUPTI start: seconds on an

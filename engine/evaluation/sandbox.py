@@ -1,6 +1,6 @@
 """Run untrusted candidate code in a contained child process.
 
-The app starts a small *supervisor* (`python -m cudaforge.engine.sandbox SPEC`) which makes itself a
+The app starts a small *supervisor* (`python -m cudaforge.engine.evaluation.sandbox SPEC`) which makes itself a
 child subreaper, starts the worker in a new session with a scrubbed environment, its own cwd, output
 in files (never pipes), and rlimits on open files, file size and core dumps (never on address space:
 CUDA reserves huge ranges). It enforces a wall-clock limit per phase (the worker reports its phase in
@@ -26,9 +26,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-MARKER_VAR = "CUDAFORGE_SANDBOX_ID"
+from cudaforge.engine.gpu.lock import MARKER_VAR
+
 _SECRET = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE_KEY|_AUTH)", re.I)
-_ALLOWED_SECRETISH = {"CUDAFORGE_SANDBOX_ID"}
+_ALLOWED_SECRETISH = {MARKER_VAR}
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -325,7 +326,7 @@ def start_sandboxed(
     sup_env = {k: v for k, v in child_env.items() if k != MARKER_VAR}
     with open(workdir / "supervisor.txt", "wb") as sup_err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "cudaforge.engine.sandbox", str(spec_path)],
+            [sys.executable, "-m", "cudaforge.engine.evaluation.sandbox", str(spec_path)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=sup_err, env=sup_env,
             start_new_session=True,
         )

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from cudaforge.engine.candidate import Candidate
     from cudaforge.engine.config import Config
-    from cudaforge.engine.evaluator import Evaluator
-    from cudaforge.engine.profiler import Profiler
+    from cudaforge.engine.evaluation.evaluator import Evaluator
+    from cudaforge.engine.evaluation.profiler import Profiler
     from cudaforge.engine.profiling import ProfileResult
     from cudaforge.engine.results import EvalResult
     from cudaforge.engine.task import Task
@@ -56,7 +56,7 @@ def device_gpu_spec(config: Config, gpu: int | None = None) -> Any:
     if config.get("eval", "device") != "cuda":
         return None
     try:
-        from cudaforge.engine.gpus import gpu_spec_for_device
+        from cudaforge.engine.gpu.specs import gpu_spec_for_device
 
         return gpu_spec_for_device(config.get("eval", "gpu") if gpu is None else gpu)
     except Exception:
@@ -65,14 +65,14 @@ def device_gpu_spec(config: Config, gpu: int | None = None) -> Any:
 
 def local_parts(config: Config, gpu_spec: Any) -> tuple[Evaluator, Profiler | None]:
     """The evaluator (result cache on) and, on CUDA with ncu enabled, the profiler of this host."""
-    from cudaforge.engine.evaluator import EvalOptions, Evaluator
+    from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
 
     peak = getattr(gpu_spec, "dram_bandwidth_gbs", None) if gpu_spec is not None else None
     evaluator = Evaluator(EvalOptions.from_config(config, peak_bandwidth_gbs=peak, result_cache=True))
     profiler = None
     ncu = ncu_settings(config)
     if ncu is not None:
-        from cudaforge.engine.profiler import Profiler
+        from cudaforge.engine.evaluation.profiler import Profiler
 
         profiler = Profiler(evaluator, ncu, chip=getattr(gpu_spec, "chip", "") or "")
     return evaluator, profiler

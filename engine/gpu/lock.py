@@ -9,6 +9,10 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+# Every sandboxed process (engine/evaluation/sandbox.py) carries this variable: how our GPU processes are told
+# apart from others' (the lock layer needs it, and must not import the app side of an evaluation).
+MARKER_VAR = "CUDAFORGE_SANDBOX_ID"
+
 
 def gpu_lock_dir() -> Path:
     """Where the per-GPU locks live: one place per user and machine (not per cache dir), so two
@@ -42,9 +46,7 @@ def parse_compute_apps(text: str) -> list[dict[str, object]]:
 
 def is_cudaforge_process(pid: int) -> bool:
     """Whether `pid` is one of this user's cudaforge workers or spares: every sandboxed process carries
-    the sandbox marker variable (sandbox.MARKER_VAR) in its environment, which only its own user can read."""
-    from cudaforge.engine.sandbox import MARKER_VAR
-
+    the sandbox marker variable (MARKER_VAR) in its environment, which only its own user can read."""
     try:
         environ = Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:

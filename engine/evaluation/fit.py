@@ -31,8 +31,8 @@ class FitCheck:
 def card_free_bytes(gpu: int) -> int | None:
     """Memory of CUDA device `gpu` free for an evaluation, from nvidia-smi: free now plus what our own workers
     hold (None when nvidia-smi is missing or fails)."""
-    from cudaforge.engine.gpu_lock import cudaforge_gpu_bytes
-    from cudaforge.engine.gpus import query_nvidia_smi
+    from cudaforge.engine.gpu.lock import cudaforge_gpu_bytes
+    from cudaforge.engine.gpu.specs import query_nvidia_smi
 
     props = query_nvidia_smi(gpu)
     free = props.get("free_memory") if props else None

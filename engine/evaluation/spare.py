@@ -11,7 +11,7 @@ the app's process is gone, so no spare outlives the app.
 
 When the next spare starts (Evaluator/Profiler): on CUDA, as soon as the current spare takes its job,
 so its process start and imports (1-3 s) overlap this round's evaluation and profile; its GPU part
-(context, CUPTI) waits for the per-GPU lock, where announced jobs go first (engine/gpu_turns.py), so
+(context, CUPTI) waits for the per-GPU lock, where announced jobs go first (engine/gpu/turns.py), so
 it warms right after this round's profile instead of between the evaluation and its profile.
 
 Why no pre-imported fork server ("zygote"): with the hand-over above the import is already off the
@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cudaforge.engine.evaluation.sandbox import SandboxHandle, kill_sandboxed, start_sandboxed
 from cudaforge.engine.fsutil import atomic_write_json
-from cudaforge.engine.gpu_lock import gpu_lock_path
-from cudaforge.engine.sandbox import SandboxHandle, kill_sandboxed, start_sandboxed
+from cudaforge.engine.gpu.lock import gpu_lock_path
 
 DEFAULT_IDLE_S = 3600.0
 _LIVE: dict[int, Spare] = {}

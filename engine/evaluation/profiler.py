@@ -16,13 +16,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from cudaforge.engine import result_cache
 from cudaforge.engine.candidate import Candidate
-from cudaforge.engine.evaluator import Evaluator
+from cudaforge.engine.evaluation import result_cache
+from cudaforge.engine.evaluation.evaluator import Evaluator
+from cudaforge.engine.evaluation.sandbox import run_sandboxed, wait_sandboxed
+from cudaforge.engine.evaluation.spare import Spare, start_spare
 from cudaforge.engine.profiling import NcuSettings, ProfileResult, interpret_output, prepare_profile
 from cudaforge.engine.profiling.runner import PreparedProfile, resolve_ncu
-from cudaforge.engine.sandbox import run_sandboxed, wait_sandboxed
-from cudaforge.engine.spare import Spare, start_spare
 from cudaforge.engine.task import Task
 
 

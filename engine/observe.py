@@ -1,0 +1,88 @@
+"""How the worker and the integrity checks observe a run, without either importing the other: exact
+tensor fingerprints and bit-equality computed in slices (no full-size copy), the slice size every
+whole-tensor pass uses, and which of the candidate's own kernels launched.
+
+Both engine/worker/ and engine/integrity/ import this module; an import-linter contract keeps
+engine/integrity/ from importing engine/worker/.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any
+
+CHUNK_ELEMENTS = 1 << 24  # elements per slice of a whole-tensor pass (fingerprints, compares, the fixed-value probe)
+EXT_RANGE = "cudaforge_ext::"  # profiler label of extension-function calls while a BuildRecorder's `label_calls` is set
+
+
+def fingerprint(t: Any) -> tuple[Any, ...]:
+    """An exact-content fingerprint of a tensor, computed in slices on its device: two position-weighted
+    integer sums of its raw bits. Used where keeping a full copy only to compare it later would double
+    the memory (the reference's inputs before and after its call). Not for candidate-controlled data
+    where a collision could be engineered: there the tensors themselves are compared."""
+    import torch
+
+    if not isinstance(t, torch.Tensor) or t.numel() == 0:
+        return (0,)
+    if t.device.type == "cpu":  # on the host, a real hash of the bytes is cheaper than the sums below
+        import hashlib
+
+        data = t.detach().contiguous().view(-1).view(torch.uint8).numpy()
+        return (hashlib.blake2b(memoryview(data), digest_size=16).hexdigest(), t.numel(), str(t.dtype))
+    flat = t.detach().contiguous().view(-1)
+    nbytes = flat.numel() * flat.element_size()
+    raw = flat.view(torch.uint8)
+    if nbytes % 4 == 0:
+        with contextlib.suppress(RuntimeError):  # a view at an offset not aligned to 4 bytes stays in bytes
+            raw = raw.view(torch.int32)
+    s1 = torch.zeros((), dtype=torch.int64, device=t.device)
+    s2 = torch.zeros((), dtype=torch.int64, device=t.device)
+    for start in range(0, raw.numel(), CHUNK_ELEMENTS):
+        part = raw[start:start + CHUNK_ELEMENTS].to(torch.int64)
+        pos = torch.arange(start, start + part.numel(), device=t.device, dtype=torch.int64)
+        s1 += part.sum()
+        s2 += (part * ((pos * 2654435761) % 2147483629 + 1)).sum()
+        del part, pos
+    return (int(s1), int(s2), t.numel(), str(t.dtype))
+
+
+def bits_equal(a: Any, b: Any) -> bool:
+    """Exact (bitwise, so NaN equals the same NaN) equality of two tensors, in slices: no full-size mask."""
+    import torch
+
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return a is b or a == b
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() == 0:
+        return True
+    fa = a.detach().contiguous().view(-1).view(torch.uint8)
+    fb = b.detach().to(a.device).contiguous().view(-1).view(torch.uint8)
+    step = CHUNK_ELEMENTS * 4
+    return all(torch.equal(fa[i:i + step], fb[i:i + step]) for i in range(0, fa.numel(), step))
+
+
+
+# ------------------------------------------------------------------ what launched
+
+
+def custom_launches(recorder: Any) -> dict[str, int]:
+    counts = dict(recorder.calls)
+    nvrtc = sys.modules.get("cudaforge.engine.nvrtc")
+    if nvrtc is not None:
+        counts.update({f"nvrtc:{k}": v for k, v in nvrtc.LAUNCH_COUNTS.items()})
+    triton_launches = sys.modules.get("cudaforge.engine.worker.triton_support")
+    if triton_launches is not None:
+        counts.update(triton_launches.launches())
+    return counts
+
+
+def reset_launches(recorder: Any) -> None:
+    recorder.calls.clear()
+    nvrtc = sys.modules.get("cudaforge.engine.nvrtc")
+    if nvrtc is not None:
+        nvrtc.LAUNCH_COUNTS.clear()
+    triton_launches = sys.modules.get("cudaforge.engine.worker.triton_support")
+    if triton_launches is not None:
+        triton_launches.LAUNCH_COUNTS.clear()
