@@ -83,6 +83,15 @@ _KINDS = (
                 "a timer, sync, event or comparison function of the harness was replaced", "runtime"),
     FindingKind("background_threads", "fail",
                 "the candidate started threads that keep running", "runtime"),
+    FindingKind("timer_disagreement", "warn",
+                "the CUDA events report less time than the kernels' own busy time (CUPTI) by more than 15%",
+                "runtime"),
+    FindingKind("noisy_timing", "warn",
+                "the timing stayed noisy after re-measuring (IQR / median over the threshold): not a result",
+                "runtime"),
+    FindingKind("precision_flags", "fail",
+                "a candidate call changed the backend numerics flags (TF32, matmul precision, reduced-precision "
+                "reductions)", "runtime"),
     # App: what the app sees around the worker (engine/evaluation/evaluator.py).
     FindingKind("gpu_shared", "warn", "other processes use the GPU; timings may be disturbed", "app"),
 )
