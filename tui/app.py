@@ -15,36 +15,38 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 from cudaforge.engine.config import Config, load_config
 from cudaforge.engine.errors import CudaforgeError
 from cudaforge.engine.session import (
-    CandidateEvaluated,
     Decision,
     DecisionNeeded,
     Event,
     Notice,
     QueueDriver,
-    Reverted,
     RoundFinished,
     RoundStarted,
-    RunStore,
     Session,
     SessionStarted,
     SessionStopped,
     create_session,
     resume_session,
 )
+from cudaforge.tui.browse import open_run, run_gpu_name
 from cudaforge.tui.cli import LaunchSpec, parse_args
 from cudaforge.tui.collector import HeapFreezer
 from cudaforge.tui.commands import WorkbenchCommands
-from cudaforge.tui.format import failing_source_line, fmt_speedup
+from cudaforge.tui.eventlog import log_entries
+from cudaforge.tui.format import failing_source_line
 from cudaforge.tui.highlight import install as install_highlight_cache
 from cudaforge.tui.keymap import DECISION_ACTIONS, bindings, check_keymap, effective_keys
 from cudaforge.tui.latency import LatencyProbe
 from cudaforge.tui.messages import DecisionChosen, EngineEvent, RoundSelected, SessionEnded
 from cudaforge.tui.model import RoundView, RunModel
+from cudaforge.tui.panes import FIRST_PANE, PANE_NAMES, PANES, RoundPane, pane_named
 from cudaforge.tui.screens.confirm import ConfirmScreen
 from cudaforge.tui.screens.help import HelpScreen
 from cudaforge.tui.screens.settings import SettingsScreen
@@ -52,16 +54,14 @@ from cudaforge.tui.screens.workbench import WorkbenchScreen
 from cudaforge.tui.session_thread import SessionThread
 from cudaforge.tui.widgets.chart import SpeedupChart
 from cudaforge.tui.widgets.compiler import CompilerPane
-from cudaforge.tui.widgets.correctness import CorrectnessPane
 from cudaforge.tui.widgets.decision import DecisionBar
 from cudaforge.tui.widgets.footer import KeyFooter
 from cudaforge.tui.widgets.judge import JudgePane
 from cudaforge.tui.widgets.log import LogPane
-from cudaforge.tui.widgets.metrics import MetricsPane
 from cudaforge.tui.widgets.rounds import RoundsPane
 from cudaforge.tui.widgets.source import DIFF_MODES, SourcePane
 from cudaforge.tui.widgets.status import StatusBar
-from cudaforge.tui.widgets.tabs import PANES, PaneTabs
+from cudaforge.tui.widgets.tabs import PaneTabs
 from rich.text import Text
 from textual import events
 from textual.app import App, ComposeResult
@@ -126,13 +126,9 @@ class WorkbenchApp(App[int]):
                 yield RoundsPane(id="rounds")
                 yield SpeedupChart("", id="chart")
             with Vertical(id="panes"):
-                yield PaneTabs("source", self.keys, id="pane-tabs")
-                yield SourcePane(id="source")
-                yield CompilerPane(id="compiler")
-                yield CorrectnessPane(id="correctness")
-                yield MetricsPane(id="metrics")
-                yield JudgePane(id="judge")
-                yield LogPane(id="log")
+                yield PaneTabs(FIRST_PANE, self.keys, id="pane-tabs")
+                for entry in PANES:
+                    yield entry.widget(id=entry.name)
         yield DecisionBar(id="decision")
         yield StatusBar(self.system_stats, id="status")
         yield KeyFooter()
@@ -197,31 +193,13 @@ class WorkbenchApp(App[int]):
 
     def _open_run(self, path: Path) -> None:
         """--open: every round of a saved run, read-only; no session, no decisions."""
-        try:
-            store = RunStore.open(path, read_only=True)
-            manifest = store.manifest
-            records = store.rounds()
-        except CudaforgeError as exc:
-            self._error(exc.message)
+        opened = open_run(path, self.model)
+        if opened.error:
+            self._error(opened.error)
             return
-        except (OSError, ValueError) as exc:
-            self._error(f"{path}: cannot read the run folder ({exc})")
-            return
-        state = store.state
-        m = self.model
-        m.run_id, m.run_dir, m.task_path = store.run_id, str(path), str(manifest.get("task_path", ""))
-        m.mode = str(state.get("mode") or manifest.get("mode", ""))
-        m.total_rounds = int((manifest.get("config") or {}).get("session", {}).get("rounds", 0)) or len(records)
-        gpu = manifest.get("gpu") or {}
-        m.gpu_name = str(gpu.get("name") or ("CPU" if gpu.get("device") == "cpu" else ""))
-        m.load_records(records)
-        m.current_round = m.latest()
-        m.dollars = sum(r.cost_usd for r in records)
-        m.tokens = sum(r.tokens for r in records)
-        self.selected = m.latest()
-        self._log(f"opened {path} read-only: {len(records)} round(s), status {state.get('status', '?')}"
-                  + (f" ({state.get('stop_message')})" if state.get("stop_message") else ""))
-        self._banner(f"Browsing {store.run_id} read-only. Select a round in the tree; every pane shows it.")
+        self.selected = self.model.latest()
+        self._log(opened.log)
+        self._banner(opened.banner)
 
     async def _drive(self) -> None:
         """Build the Session (in a thread: task loading imports torch) and run it on its own loop."""
@@ -263,44 +241,27 @@ class WorkbenchApp(App[int]):
         changed = self.model.apply(event)
         if not self.query(RoundsPane):
             return  # a late event from the Session's thread while the app shuts down: nothing to draw
+        for entry in log_entries(event, self.model.run_dir):
+            self._log(entry.text, entry.level)
         match event:
             case SessionStarted():
-                self._log(f"session {event.run_id} in {event.run_dir} ({event.mode} mode, {event.rounds} rounds)"
-                          + (", resumed" if event.resumed else ""))
                 if event.notice:
                     self._banner(event.notice)
-                    self._log(event.notice)
                 self._load_gpu_name()
             case RoundStarted() if not event.replayed:
                 self.selected = event.round
-                self._log(f"round {event.round}: {event.kind}"
-                          + (f", building on round {event.parent}" if event.parent is not None else ""))
             case DecisionNeeded():
                 self.selected = event.round
                 self._open_tab("source" if event.point == "candidate" else "judge")
-                self._log(f"round {event.round} waits for a decision on the {event.point}")
-            case CandidateEvaluated() if not event.replayed:
-                r = event.result
-                self._log(f"round {event.round}: {r.outcome}" + (f", {fmt_speedup(r.speedup)}" if r.accepted else "")
-                          + (f" — {r.message}" if r.message and not r.accepted else "")
-                          + (" (cached result)" if event.cached else ""),
-                          "info" if r.accepted else "warning")
             case RoundFinished() if event.replayed:
                 self.selected = event.round
-            case Reverted():
-                self._log(f"next round builds on round {event.to_round}: {event.reason}", "warning")
             case Notice():
-                self._log(event.text, event.level)
                 if event.level != "info":
                     self.notify(event.text, severity="error" if event.level == "error" else "warning", timeout=8)
             case SessionStopped():
                 self.query_one(DecisionBar).reserve = False  # nothing more to decide: the panes take the line
-                self._log(f"session stopped ({event.reason}): {event.message}", "warning" if event.reason not in (
-                    "max_rounds", "target_speedup", "plateau") else "info")
                 if event.reason == "does_not_fit":  # said once, before any candidate (issue 13)
                     self.notify(event.message, severity="error", timeout=12)
-                if event.resumable and self.model.run_dir:
-                    self._log(f"resume with: cudaforge-tui --resume {self.model.run_dir}")
             case _:
                 pass
         self._refresh_all(changed)
@@ -314,9 +275,7 @@ class WorkbenchApp(App[int]):
         """The device named in the run's manifest (results name the GPU too, once one exists)."""
         if self.model.gpu_name or not self.model.run_dir:
             return
-        with contextlib.suppress(OSError, ValueError, CudaforgeError):
-            gpu = RunStore(Path(self.model.run_dir), read_only=True).manifest.get("gpu") or {}
-            self.model.gpu_name = str(gpu.get("name") or ("CPU" if gpu.get("device") == "cpu" else ""))
+        self.model.gpu_name = run_gpu_name(self.model.run_dir)
 
     # ---- drawing --------------------------------------------------------------------------------
     def _refresh_all(self, changed: set[int] | None = None) -> None:
@@ -336,9 +295,9 @@ class WorkbenchApp(App[int]):
     def _show_round(self, n: int | None) -> None:
         """Every pane draws itself from the selected round's view."""
         view = self.model.get(n)
-        for pane in (self.source_pane, self.query_one(CompilerPane), self.query_one(CorrectnessPane),
-                     self.query_one(MetricsPane), self.judge_pane):
-            pane.show_round(self.model, view)
+        for entry in PANES:
+            if entry.follows_round:
+                cast(RoundPane, self.query_one(f"#{entry.name}")).show_round(self.model, view)
         if self.source_pane.diff_mode != "off":
             self._apply_diff(self.source_pane.diff_mode)
 
@@ -347,8 +306,8 @@ class WorkbenchApp(App[int]):
             bar.show(self.model)
 
     def _log(self, text: str, level: str = "info") -> None:
-        for pane in self.query(LogPane):  # none while the app shuts down
-            pane.add(text, level)
+        for log in self.query(LogPane):  # none while the app shuts down
+            log.add(text, level)
 
     def _banner(self, text: str) -> None:
         self.banner_text = text
@@ -372,8 +331,8 @@ class WorkbenchApp(App[int]):
         tabs.show(name, self.keys)
 
     def _display_only(self, name: str) -> None:
-        for pane in PANES:
-            self.query_one(f"#{pane}").display = pane == name
+        for other in PANE_NAMES:
+            self.query_one(f"#{other}").display = other == name
 
     def _edited(self) -> bool:
         pending = self.model.pending
@@ -615,30 +574,11 @@ class WorkbenchApp(App[int]):
     def action_show_rounds(self) -> None:
         self.query_one(RoundsPane).focus()
 
-    def _show_tab(self, name: str) -> None:
+    def show_pane(self, name: str) -> None:
+        """What `show_<name>` does for every pane of the registry (tui/panes.py): show it, focus it."""
         self._open_tab(name)
-        target = {"source": "#source-editor", "judge": "#judge", "log": "#log", "compiler": "#compiler-scroll",
-                  "correctness": "#correctness", "metrics": "#metrics"}[name]
         with contextlib.suppress(Exception):
-            self.query_one(target).focus()
-
-    def action_show_source(self) -> None:
-        self._show_tab("source")
-
-    def action_show_compiler(self) -> None:
-        self._show_tab("compiler")
-
-    def action_show_correctness(self) -> None:
-        self._show_tab("correctness")
-
-    def action_show_metrics(self) -> None:
-        self._show_tab("metrics")
-
-    def action_show_judge(self) -> None:
-        self._show_tab("judge")
-
-    def action_show_log(self) -> None:
-        self._show_tab("log")
+            self.query_one(pane_named(name).focus_target).focus()
 
     def action_latest(self) -> None:
         self.selected = self.model.latest()
@@ -681,6 +621,20 @@ class WorkbenchApp(App[int]):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(task, timeout=30)
         self.exit(self.exit_code)
+
+
+def _show_action(name: str) -> Callable[[WorkbenchApp], None]:
+    def action(self: WorkbenchApp) -> None:
+        self.show_pane(name)
+
+    action.__name__ = action.__qualname__ = f"action_show_{name}"
+    action.__doc__ = f"Show the {name} pane (its key: the action table's show_{name})."
+    return action
+
+
+# One `action_show_<name>` per registry entry: the action ids [keymap] remaps and the strip's clicks name.
+for _entry in PANES:
+    setattr(WorkbenchApp, f"action_{_entry.action_id}", _show_action(_entry.name))
 
 
 def main(argv: list[str] | None = None) -> int:

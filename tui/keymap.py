@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from cudaforge.tui.panes import PANES
 from textual.binding import Binding
 
 
@@ -36,12 +37,7 @@ ACTIONS: tuple[Action, ...] = (
     Action("next_error", "n", "Compiler: jump to the next error", "view", show=False),
     Action("prev_error", "N", "Compiler: jump to the previous error", "view", show=False),
     Action("show_rounds", "0", "Focus the round tree", "view", show=False),
-    Action("show_source", "1", "Show the Source pane", "view", show=False),
-    Action("show_compiler", "2", "Show the Compiler pane", "view", show=False),
-    Action("show_correctness", "3", "Show the Correctness pane", "view", show=False),
-    Action("show_metrics", "4", "Show the NCU metrics pane", "view", show=False),
-    Action("show_judge", "5", "Show the Judge pane", "view", show=False),
-    Action("show_log", "6", "Show the session log", "view", show=False),
+    *(Action(p.action_id, p.key, p.description, "view", show=False) for p in PANES),  # the registry's (tui/panes.py)
     Action("latest", "l", "Select the latest round", "view", show=False),
     Action("help", "f1", "Key bindings and workflow", "app"),
     Action("settings", "f2", "Settings (writes cudaforge.toml)", "app"),

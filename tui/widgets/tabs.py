@@ -8,12 +8,12 @@ the strip and the pane, nothing else (bench/RESULTS.md has the before and after)
 
 from __future__ import annotations
 
+from cudaforge.tui.panes import PANES as REGISTRY
 from textual.content import Content
 from textual.widgets import Static
 
-# pane name -> its title; the App action `show_<name>` opens it
-PANES: dict[str, str] = {"source": "Source", "compiler": "Compiler", "correctness": "Correctness",
-                         "metrics": "NCU", "judge": "Judge", "log": "Log"}
+# pane name -> its title, in strip order (from the registry, tui/panes.py); `show_<name>` opens it
+PANES: dict[str, str] = {p.name: p.title for p in REGISTRY}
 
 
 class PaneTabs(Static):
@@ -31,7 +31,7 @@ class PaneTabs(Static):
     def show(self, active: str, keys: dict[str, str]) -> None:
         """Highlight `active`; `keys` (action id -> key) labels each pane with the key that opens it."""
         self.active, self.keys = active, keys
-        labels = tuple(keys.get(f"show_{name}", "").split(",")[0] for name in PANES)
+        labels = tuple(keys.get(p.action_id, "").split(",")[0] for p in REGISTRY)
         if self._shown == (active, labels):
             return
         self._shown = (active, labels)
