@@ -1,6 +1,6 @@
 """Key-press-to-render latency: from a key event's creation to the end of the screen refresh after
 the App handled it. Recorded for every key during a session so the worst case can be reported
-(tests and bench/gpu_tui_session.py print it; nothing gates on it)."""
+(tests and bench/workbench_session.py print it; nothing gates on it)."""
 
 from __future__ import annotations
 

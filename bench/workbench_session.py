@@ -7,7 +7,7 @@ with the `a` key, as a person would; between keys the pane keys are pressed to m
 key-press-to-render latency while rounds run. Saves an SVG screenshot (the best round's NCU pane)
 and prints a summary with the latency figure.
 
-    python bench/gpu_tui_session.py docs/screenshot.svg [--task examples/softmax/task.py] [--gpu 0] [--triton]
+    python bench/workbench_session.py docs/screenshot.svg [--task examples/softmax/task.py] [--gpu 0] [--triton]
 
 --triton: the Coder is asked for (and replies with) Triton candidates, triton_kernel.py beside the task.
 """
@@ -50,7 +50,7 @@ def judge(method: str) -> Reply:
 def write_config(folder: Path, base_url: str, gpu: int, rounds: int, device: str, fmt: str | None = None) -> Path:
     llm = (f'provider = "openai-compatible"\nmodel = "scripted"\nbase_url = "{base_url}"\n'
            f'api_key_env = "{KEY_ENV}"\ntimeout_s = 60.0\nmax_retries = 0\n')
-    text = (f'# bench/gpu_tui_session.py: CUDA device, scripted Coder and Judge\n[eval]\ndevice = "{device}"\ngpu = {gpu}\n\n'
+    text = (f'# bench/workbench_session.py: CUDA device, scripted Coder and Judge\n[eval]\ndevice = "{device}"\ngpu = {gpu}\n\n'
             f'[session]\nrounds = {rounds}\nformat = "{fmt or ("nvrtc" if device == "cuda" else "cpu")}"\n\n[run]\nfolder = "{folder / "runs"}"\n\n'
             f"[coder]\n{llm}\n[judge]\n{llm}")
     path = folder / "cudaforge.toml"
@@ -87,7 +87,7 @@ def main() -> int:
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help="cpu: the same flow with C++ candidates (a --candidate cpu.py), no NCU")
     p.add_argument("--story", action="store_true",
-                   help="softmax only: the scripted 4-round story of bench/gpu_session.py (compile error, repair, "
+                   help="softmax only: the scripted 4-round story of bench/scripted_session.py (compile error, repair, "
                         "optimize, regression)")
     p.add_argument("--triton", action="store_true", help="Triton replies: [session] format = \"triton\" and "
                    "triton_kernel.py beside the task as the Coder's module")
@@ -101,7 +101,7 @@ def main() -> int:
     for n in range(2, args.rounds + 1):
         script += [judge("vectorized 128-bit loads"), coder(candidate + f"\n# round {n}\n", "Same kernel, re-measured")]
     if args.story:
-        from gpu_session import softmax_script
+        from scripted_session import softmax_script
 
         script = softmax_script()
         args.rounds = 4

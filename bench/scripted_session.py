@@ -8,7 +8,7 @@ Session (softmax, 4 rounds, auto): seed with a compile error -> repair (correct,
 cache) -> optimize (the example's float4 + shared-memory row cache) -> optimize (512 threads).
 Batch: every example, 2 rounds: seed = the example's nvrtc candidate, optimize = its inline one.
 
-    python3 bench/gpu_session.py --out DIR [--skip-batch] [--skip-session]
+    python3 bench/scripted_session.py --out DIR [--skip-batch] [--skip-session]
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ def main() -> int:
     report: dict[str, Any] = {}
     if not args.skip_session:
         report["session"] = asyncio.run(run_session(out))
-        (out / "gpu_session.json").write_text(json.dumps(report["session"], indent=2))
+        (out / "scripted_session.json").write_text(json.dumps(report["session"], indent=2))
     if not args.skip_batch:
         report["batch"] = asyncio.run(run_examples_batch(out))
         (out / "gpu_batch.json").write_text(json.dumps(report["batch"], indent=2, default=str))

@@ -6,7 +6,7 @@ sessions at once on the one GPU, each evaluation in its sandboxed worker. The po
 evaluation may run out of memory because of another. Prints one row per task (round outcome, the
 evaluation's peak memory, the reference's, their ratio) and the count of `oom` outcomes.
 
-    python3 bench/gpu_issue13_batch.py --out DIR [--gpu-memory-gb N] [--count 10]
+    python3 bench/batch_largest.py --out DIR [--gpu-memory-gb N] [--count 10]
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def main() -> int:
     else:
         tasks = largest(Path(args.folder), args.count)
     report = asyncio.run(run(out, tasks, args.gpu_memory_gb, args.jobs, args.device))
-    (out / "batch13.json").write_text(json.dumps(report, indent=1, default=str))
+    (out / "batch_largest.json").write_text(json.dumps(report, indent=1, default=str))
     print(report["summary_table"])
     print(f"\n{'task':40s} {'status':8s} {'outcome':18s} {'ref GiB':>8s} {'peak GiB':>8s} {'ratio':>6s}")
     for r in report["rows"]:

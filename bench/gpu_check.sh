@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# The GPU proof of a change, in steps that each fit one device call (at most 9 minutes, install included).
+#
+#   bench/gpu_check.sh --list                        # the steps, what each answers, what it needs
+#   bench/gpu_check.sh tests                         # one step
+#   bench/gpu_check.sh latency fidelity adversarial  # several steps in one call (add up their minutes)
+#   SHARD=1/2 bench/gpu_check.sh sweep-level1        # a sweep over half of a level (SHARD=2/2 the other half)
+#
+# Run from anywhere (it changes to the repository root). Logs go under $OUT (the device runner sets it), else
+# bench/results/gpu_check-<UTC time>/: <step>.log for each step, and the benches' own .json/.txt files.
+# The last lines printed are one table: step, status, seconds, key figures.
+#
+# Environment:
+#   KERNELBENCH_DIR  the KernelBench problems (level1..level3); default: .kb/ in the repository (the ignored
+#                    folder carried to the GPU machine), else ../shared/kernelbench, else shared/kernelbench
+#   PYTHON           the interpreter (python3)
+#   JOBS             evaluations in flight for the sweeps (8); GPU_MEMORY_GB their per-worker cap (24)
+#   SHARD            K/N: only every N-th problem of a sweep, from the K-th (1/1)
+#   STEP_LIMIT       seconds a step may run (500; the call also installs the package first)
+# Steps that drive a session or the workbench need textual/openai/anthropic/tomlkit/pydantic: where they are
+# not importable, the wheels in .whl/ (carried) are installed into /tmp/site for those steps only. The engine-only
+# steps run without them, which also shows the engine's GPU path does not need them.
+# Exit: 0 every step ok, 1 a step failed or ran out of time, 2 unknown step, 3 cudaforge could not be installed.
+set -u
+cd "$(dirname "$0")/.." || exit 3
+REPO=$PWD
+PY=${PYTHON:-python3}
+JOBS=${JOBS:-8}
+GPU_MEMORY_GB=${GPU_MEMORY_GB:-24}
+SHARD=${SHARD:-1/1}
+STEP_LIMIT=${STEP_LIMIT:-500}
+SITE=${GPU_CHECK_SITE:-/tmp/site}
+export PYTHONUNBUFFERED=1 CUDAFORGE_CACHE_DIR=${CUDAFORGE_CACHE_DIR:-/tmp/cfcache}
+
+# name|minutes (expected)|needs|question it answers
+STEPS="tests|5|gpu|Do the engine's GPU tests pass (examples, memory, KernelBench, export): pytest -m gpu
+tests-integrity|5|gpu|Do the adversarial and Triton GPU tests pass: pytest -m gpu tests/test_adversarial.py tests/test_triton_gpu.py
+examples|3|gpu|Is every example accepted in nvrtc and inline, and does cudaforge doctor see the GPU: bench/gpu_examples.py
+latency|5|gpu,wheels|How long is a round (nvrtc, 7 examples, with and without its profile), how long a spare is waited for: bench/round_latency.py, bench/spare_wait.py
+fidelity|5|gpu|Do our timings agree with triton.testing.do_bench: bench/timing_fidelity.py
+adversarial|3|gpu|Is every adversarial candidate caught with evaluations in flight: bench/adversarial_table.py
+triton|3|gpu|Do Triton candidates time like do_bench, and how long is a Triton round: bench/triton_gpu.py
+sweep-level1|9|gpu,kernelbench|Does every KernelBench level-1 reference get its verdict under the memory cap: bench/kernelbench_sweep.py
+sweep-level2|9|gpu,kernelbench|The same for level 2
+sweep-level3|9|gpu,kernelbench|The same for level 3
+batch|8|gpu,kernelbench,wheels|Do 4 sessions at once over the ten largest level-1 problems stay out of oom under the cap: bench/batch_largest.py
+tui|4|gpu,wheels|Does the workbench run a review session on the GPU, and how fast do keys render: bench/workbench_session.py
+sol|4|gpu|How far is each result from the speed of light: bench/speed_of_light.py (skipped where absent)"
+
+list_steps() {
+    printf '%-16s %-4s %-24s %s\n' step min needs "question"
+    while IFS='|' read -r name minutes needs question; do
+        printf '%-16s %-4s %-24s %s\n' "$name" "$minutes" "$needs" "$question"
+    done <<< "$STEPS"
+}
+
+known_step() { grep -q "^$1|" <<< "$STEPS"; }
+
+case "${1:-}" in
+    ""|-h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; echo; list_steps; exit 0 ;;
+    --list) list_steps; exit 0 ;;
+esac
+for s in "$@"; do
+    known_step "$s" || { echo "unknown step '$s' (bench/gpu_check.sh --list names them)" >&2; exit 2; }
+done
+
+OUT=${OUT:-$REPO/bench/results/gpu_check-$(date -u +%Y%m%d-%H%M%S)}
+mkdir -p "$OUT"
+SUMMARY="$OUT/summary.tsv"
+: > "$SUMMARY"
+
+# --- set-up -------------------------------------------------------------------------------------------
+KB=""
+for cand in "${KERNELBENCH_DIR:-}" .kb ../shared/kernelbench shared/kernelbench; do
+    [ -n "$cand" ] && [ -d "$cand/level1" ] && { KB=$(cd "$cand" && pwd); break; }
+done
+# tests/test_kernelbench.py reads ../shared/kernelbench: point it at the carried copy where it is missing.
+if [ -n "$KB" ] && [ ! -e ../shared/kernelbench ]; then
+    mkdir -p ../shared 2>/dev/null && ln -s "$KB" ../shared/kernelbench 2>/dev/null
+fi
+
+installed_here=$("$PY" -c "import os, cudaforge.engine as e; print(os.path.realpath(os.path.dirname(e.__file__)))" 2>/dev/null)
+if [ "$installed_here" != "$(realpath engine)" ]; then  # not an editable install of this checkout: install it
+    "$PY" -m pip install -q --no-deps --no-build-isolation --no-index . > "$OUT/install.txt" 2>&1 || {
+        echo "cannot install cudaforge from $REPO:"; tail -20 "$OUT/install.txt"; exit 3; }
+fi
+{ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available())"
+} 2>&1 | tee "$OUT/machine.txt"
+
+WHEEL_PATH=""
+WHEELS=""  # "" not tried, "ok" importable (PYTHONPATH set for the steps that need them), "missing"
+wheels() {
+    [ -n "$WHEELS" ] && { [ "$WHEELS" = ok ]; return; }
+    if "$PY" -c "import textual, openai, anthropic, tomlkit, pydantic" 2>/dev/null; then
+        WHEELS=ok; WHEEL_PATH=${PYTHONPATH:-}; return 0
+    fi
+    WHEELS=missing
+    ls .whl/*.whl >/dev/null 2>&1 || return 1
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
+        > "$OUT/wheels.txt" 2>&1 || return 1
+    WHEEL_PATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
+    PYTHONPATH=$WHEEL_PATH "$PY" -c "import textual, openai, anthropic, tomlkit, pydantic" 2>>"$OUT/wheels.txt" || return 1
+    WHEELS=ok
+}
+
+# run LOG LIMIT CMD...: one command of a step, its output in $OUT/LOG; returns its exit status
+run() {
+    local log=$1 limit=$2; shift 2
+    timeout -k 15 "$limit" "$@" > "$OUT/$log" 2>&1
+}
+first_failure() { [ "$rc" -eq 0 ] && rc=$1; return 0; }  # a step's status: its first failing command's
+
+gpu_test_files() {  # every test file with a GPU test; $1 = "integrity" for the integrity ones, else the rest
+    local f integrity=" tests/test_adversarial.py tests/test_triton_gpu.py "
+    for f in tests/test_*.py; do
+        grep -q "mark\.gpu" "$f" || continue
+        case "$integrity" in *" $f "*) [ "$1" = integrity ] && echo "$f" ;; *) [ "$1" = integrity ] || echo "$f" ;; esac
+    done
+}
+
+last_line() { grep -v '^[[:space:]]*$' "$1" 2>/dev/null | tail -1 | cut -c1-90; }
+pytest_line() { grep -E "[0-9]+ (passed|failed|errors?|skipped|deselected)" "$1" 2>/dev/null | tail -1 | tr -d '=' | sed 's/^ *//' | cut -c1-90; }
+sweep_line() {  # rows written, rows not as expected
+    local rows miss
+    rows=$(wc -l < "$OUT/$1.rows.jsonl" 2>/dev/null || echo 0)
+    miss=$(grep -cE '^(MISS|SKIP)' "$OUT/$1.log" 2>/dev/null)
+    echo "$rows rows, ${miss:-0} MISS/SKIP (shard $SHARD, $JOBS in flight, ${GPU_MEMORY_GB} GiB cap)"
+}
+
+# step NAME: runs it; prints "status<TAB>key figures"
+step() {
+    local rc=0 half=$((STEP_LIMIT / 2)) name
+    case "$1" in
+        tests|tests-integrity)
+            local kind=engine; [ "$1" = tests-integrity ] && kind=integrity
+            # shellcheck disable=SC2046
+            run "$1.log" "$STEP_LIMIT" "$PY" -m pytest -q -p no:cacheprovider -m gpu -rf $(gpu_test_files $kind); rc=$?
+            printf '%s\t%s\n' "$(status $rc)" "$(pytest_line "$OUT/$1.log")" ;;
+        examples)
+            run examples.log "$((STEP_LIMIT - 30))" "$PY" bench/gpu_examples.py --formats nvrtc,inline \
+                --json "$OUT/examples.json" --parallel 8; rc=$?
+            run doctor.log 30 "$PY" -m cudaforge.engine.cli doctor || first_failure $?
+            printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/examples.log")" ;;
+        latency)
+            run latency.log "$half" "$PY" bench/round_latency.py --formats nvrtc --naive "" \
+                --ours relu,softmax,layernorm,matmul,maxpool2d,gelu,gemm_epilogue --json "$OUT/round_latency.json"; rc=$?
+            local row figures
+            row=$(grep -m1 '^| nvrtc | ours |' "$OUT/latency.log")
+            figures=$(awk -F'|' '{gsub(/ /, ""); printf "nvrtc round %s s, %s s without profile", $10, $11}' <<< "$row")
+            if [ "$WHEELS" = ok ]; then
+                run spare_wait.log "$half" env PYTHONPATH="$WHEEL_PATH" "$PY" bench/spare_wait.py --skip-throughput \
+                    --json "$OUT/spare_wait.json" || first_failure $?
+                figures="$figures; spare_wait: $(grep -c '^| [0-9]' "$OUT/spare_wait.log") rounds"
+            else
+                figures="$figures; spare_wait skipped (no wheels in .whl/)"
+            fi
+            printf '%s\t%s\n' "$(status $rc)" "$figures" ;;
+        fidelity)
+            run fidelity.log "$STEP_LIMIT" "$PY" bench/timing_fidelity.py --json "$OUT/timing_fidelity.json"; rc=$?
+            printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/fidelity.log")" ;;
+        adversarial)
+            run adversarial.log "$STEP_LIMIT" "$PY" bench/adversarial_table.py --parallel 4 \
+                --json "$OUT/adversarial.json"; rc=$?
+            printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 'as expected' "$OUT/adversarial.log" | cut -c1-90)" ;;
+        triton)
+            run triton.log "$STEP_LIMIT" "$PY" bench/triton_gpu.py --json "$OUT/triton_gpu.json"; rc=$?
+            printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 '^accepted' "$OUT/triton.log" | cut -c1-90)" ;;
+        sweep-level[123])
+            [ -n "$KB" ] || { printf 'skipped\tno KernelBench folder (carry .kb/ or set KERNELBENCH_DIR)\n'; return; }
+            name=$1; [ "$SHARD" != 1/1 ] && name="$1-${SHARD/\//of}"
+            rm -f "$OUT/$name.rows.jsonl"
+            run "$name.log" "$STEP_LIMIT" "$PY" bench/kernelbench_sweep.py "$KB" --levels "${1#sweep-level}" \
+                --jobs "$JOBS" --gpu-memory-gb "$GPU_MEMORY_GB" --shard "$SHARD" \
+                --json "$OUT/$name.json" --rows "$OUT/$name.rows.jsonl"; rc=$?
+            printf '%s\t%s\n' "$(status $rc)" "$(sweep_line "$name")" ;;
+        batch)
+            [ -n "$KB" ] || { printf 'skipped\tno KernelBench folder (carry .kb/ or set KERNELBENCH_DIR)\n'; return; }
+            [ "$WHEELS" = ok ] || { printf 'skipped\tneeds openai & co.: carry the wheels in .whl/\n'; return; }
+            run batch.log "$STEP_LIMIT" env PYTHONPATH="$WHEEL_PATH" "$PY" bench/batch_largest.py --folder "$KB" --out "$OUT/batch" \
+                --gpu-memory-gb "$GPU_MEMORY_GB"; rc=$?
+            printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 '^batch of' "$OUT/batch.log" | sed 's/.*: //' | cut -c1-90)" ;;
+        tui)
+            [ "$WHEELS" = ok ] || { printf 'skipped\tneeds textual & co.: carry the wheels in .whl/\n'; return; }
+            run tui.log "$STEP_LIMIT" env PYTHONPATH="$WHEEL_PATH" "$PY" bench/workbench_session.py "$OUT/screenshot.svg" --story \
+                --copy-run "$OUT/tui_run.tgz"; rc=$?
+            printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 'key-press-to-render' "$OUT/tui.log" | cut -c1-90)" ;;
+        sol)
+            [ -f bench/speed_of_light.py ] || { printf 'skipped\tbench/speed_of_light.py is not in this checkout\n'; return; }
+            run sol.log "$STEP_LIMIT" "$PY" bench/speed_of_light.py --json "$OUT/speed_of_light.json"; rc=$?
+            printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/sol.log")" ;;
+    esac
+}
+
+status() {
+    case "$1" in 0) echo ok ;; 124|137) echo timeout ;; *) echo "fail($1)" ;; esac
+}
+
+failed=0
+for s in "$@"; do
+    t0=$SECONDS
+    echo "== $s ($(date -u +%H:%M:%S))"
+    grep "^$s|" <<< "$STEPS" | cut -d'|' -f3 | grep -q wheels && { wheels || true; }  # here: steps run in a subshell
+    result=$(step "$s")
+    case "$result" in *$'\t') result="$result-" ;; esac  # no key figures: a placeholder keeps the columns
+    printf '%s\t%s\t%s\n' "$s" "$result" "$((SECONDS - t0))" >> "$SUMMARY"
+    case "$result" in ok*|skipped*) ;; *) failed=1 ;; esac
+done
+
+echo
+echo "gpu_check: logs in $OUT"
+printf '%-16s %-10s %-8s %s\n' step status seconds "key figures"
+while IFS=$'\t' read -r name st figures secs; do  # (tabs are IFS white space: no field may be empty)
+    [ "$figures" = - ] && figures=""
+    printf '%-16s %-10s %-8s %s\n' "$name" "$st" "$secs" "$figures"
+done < "$SUMMARY"
+exit "$failed"
