@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudaforge.engine.worker.memory import GIB, fit_message, fits, needed_bytes, task_name
+from cudaforge.engine.worker.memory import cap_bytes, fit_message, fits, needed_bytes, task_name
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ async def check_task_fit(task_path: str | Path, options: Any) -> FitCheck | None
     if "footprint_bytes" not in fp:
         return None
     free = await asyncio.to_thread(card_free_bytes, options.gpu)
-    cap = int(float(options.gpu_memory_gb) * GIB) if getattr(options, "gpu_memory_gb", None) else None
+    cap = cap_bytes(getattr(options, "gpu_memory_gb", None))
     if free is None and cap is None:
         return None
     footprint = int(fp["footprint_bytes"])

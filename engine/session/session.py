@@ -23,6 +23,7 @@ from typing import Any
 
 from cudaforge.engine.agents import Coder, Judge, RoundNote
 from cudaforge.engine.candidate import Candidate, check_candidate_source
+from cudaforge.engine.config import MODES
 from cudaforge.engine.errors import EXIT_UNAVAILABLE, CandidateError
 from cudaforge.engine.evaluation.backend import EvalBackend, ProfileBackend
 from cudaforge.engine.fsutil import atomic_write_text
@@ -125,7 +126,7 @@ class Session:
         ledger: UsageLedger | None = None,
         notice: str = "",
     ) -> None:
-        if mode not in ("review", "auto", "manual"):
+        if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}")
         if mode == "manual" and driver is None:
             raise ValueError("manual mode needs a driver: the person supplies every candidate")
