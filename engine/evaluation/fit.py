@@ -54,8 +54,9 @@ async def task_footprint(task_path: str | Path, *, python: str, seed: int = 42, 
     return {"error": "the footprint check printed nothing", "kind": "unknown"}
 
 
-async def check_task_fit(task_path: str | Path, options: Any) -> FitCheck | None:
-    """None when there is nothing to say (CPU device, unknown footprint or card); else the verdict."""
+async def check_task_fit(task_path: str | Path, options: Any, *, shown_path: str | Path | None = None) -> FitCheck | None:
+    """None when there is nothing to say (CPU device, unknown footprint or card); else the verdict. `task_path`
+    is imported; the message names `shown_path` (a resumed run imports its copy, named by the original)."""
     if getattr(options, "device", "cpu") != "cuda":
         return None
     seed = options.seed if options.seed is not None else 42  # the footprint does not depend on the draw
@@ -69,6 +70,6 @@ async def check_task_fit(task_path: str | Path, options: Any) -> FitCheck | None
     footprint = int(fp["footprint_bytes"])
     limit_free = free if free is not None else cap
     ok = fits(footprint, int(limit_free), cap)  # type: ignore[arg-type]
-    message = "" if ok else fit_message(task_name(str(task_path)), footprint, int(limit_free), cap)  # type: ignore[arg-type]
+    message = "" if ok else fit_message(task_name(str(shown_path or task_path)), footprint, int(limit_free), cap)  # type: ignore[arg-type]
     return FitCheck(fits=ok, footprint_bytes=footprint, needed_bytes=needed_bytes(footprint), free_bytes=free,
                     cap_bytes=cap, message=message)

@@ -184,7 +184,7 @@ class Session:
     async def run(self) -> SessionStopped:
         resumed = bool(self.store.round_numbers())
         self.store.save_state(status="running", mode=self.mode)
-        self._emit(SessionStarted(self.store.run_id, str(self.store.path), str(self.task.path), self.mode,
+        self._emit(SessionStarted(self.store.run_id, str(self.store.path), str(self.task.shown_path), self.mode,
                                   self.policy.rounds, resumed, self.notice))
         self._emit_usage()
         try:
@@ -243,7 +243,7 @@ class Session:
         from cudaforge.engine.evaluation.fit import check_task_fit
 
         try:
-            fit = await check_task_fit(self.task.path, options)
+            fit = await check_task_fit(self.task.path, options, shown_path=self.task.shown_path)
         except Exception:  # the worker checks again before every build
             return ""
         return fit.message if fit is not None and not fit.fits else ""
