@@ -50,8 +50,6 @@ async def test_resume_evaluates_the_runs_copy_after_the_original_changed(tmp_pat
     events: list[Any] = []
     resumed = resume_session(run_dir, overrides={"session.rounds": 2}, on_event=events.append,
                              driver=ScriptedDriver([Decision("approve"), Decision("edit", text=fresh)]))
-    assert resumed.task.path == (run_dir / "task.py").resolve() and resumed.task.origin == task
-    assert resumed.task.name == "mine"
     stopped = await resumed.run()
     assert stopped.rounds_done == 2
 
@@ -64,6 +62,8 @@ async def test_resume_evaluates_the_runs_copy_after_the_original_changed(tmp_pat
     assert result.task_path == str((run_dir / "task.py").resolve())
     assert result.correctness is not None
     assert [o.shape_expected for o in result.correctness.outputs] == [(64, 128)]  # the run's sizes, not 8 x 16
+    assert resumed.task.path == (run_dir / "task.py").resolve() and resumed.task.origin == task
+    assert resumed.task.name == "mine"
 
 
 async def test_resume_says_when_the_original_is_gone_and_refuses_a_missing_or_changed_copy(
