@@ -353,7 +353,7 @@ async def _cmd_resume(args: argparse.Namespace) -> int:
         return await _finish_batch(args, Batch.open(args.run_dir), overrides)
     mode = overrides.get("session.mode")
     if mode is None and Path(args.run_dir, "state.json").is_file():
-        mode = RunStore(Path(args.run_dir), read_only=True).state.get("mode")
+        mode = RunStore(Path(args.run_dir), read_only=True).state.mode or None
     session = resume_session(args.run_dir, overrides=overrides,
                              driver=_driver_for(mode or "review") if mode != "auto" else None,
                              on_event=ProgressDisplay(), mode=mode)

@@ -208,18 +208,17 @@ class WorkbenchApp(App[int]):
             return
         state = store.state
         m = self.model
-        m.run_id, m.run_dir, m.task_path = store.run_id, str(path), str(manifest.get("task_path", ""))
-        m.mode = str(state.get("mode") or manifest.get("mode", ""))
-        m.total_rounds = int((manifest.get("config") or {}).get("session", {}).get("rounds", 0)) or len(records)
-        gpu = manifest.get("gpu") or {}
-        m.gpu_name = str(gpu.get("name") or ("CPU" if gpu.get("device") == "cpu" else ""))
+        m.run_id, m.run_dir, m.task_path = store.run_id, str(path), manifest.task_path
+        m.mode = state.mode or manifest.mode
+        m.total_rounds = manifest.rounds_limit or len(records)
+        m.gpu_name = manifest.gpu.shown if manifest.gpu is not None else ""
         m.load_records(records)
         m.current_round = m.latest()
         m.dollars = sum(r.cost_usd for r in records)
         m.tokens = sum(r.tokens for r in records)
         self.selected = m.latest()
-        self._log(f"opened {path} read-only: {len(records)} round(s), status {state.get('status', '?')}"
-                  + (f" ({state.get('stop_message')})" if state.get("stop_message") else ""))
+        self._log(f"opened {path} read-only: {len(records)} round(s), status {state.status or '?'}"
+                  + (f" ({state.stop_message})" if state.stop_message else ""))
         self._banner(f"Browsing {store.run_id} read-only. Select a round in the tree; every pane shows it.")
 
     async def _drive(self) -> None:
@@ -314,8 +313,8 @@ class WorkbenchApp(App[int]):
         if self.model.gpu_name or not self.model.run_dir:
             return
         with contextlib.suppress(OSError, ValueError, CudaforgeError):
-            gpu = RunStore(Path(self.model.run_dir), read_only=True).manifest.get("gpu") or {}
-            self.model.gpu_name = str(gpu.get("name") or ("CPU" if gpu.get("device") == "cpu" else ""))
+            gpu = RunStore(Path(self.model.run_dir), read_only=True).manifest.gpu
+            self.model.gpu_name = gpu.shown if gpu is not None else ""
 
     # ---- drawing --------------------------------------------------------------------------------
     def _refresh_all(self, changed: set[int] | None = None) -> None:
