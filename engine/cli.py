@@ -12,7 +12,7 @@ from typing import Any
 
 from cudaforge.engine import __version__
 from cudaforge.engine.candidate import load_candidate
-from cudaforge.engine.config import load_config
+from cudaforge.engine.config import BASELINES, choices, load_config
 from cudaforge.engine.errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
@@ -22,6 +22,7 @@ from cudaforge.engine.errors import (
     CudaforgeError,
     UsageError,
 )
+from cudaforge.engine.flags import add_device_flags, add_gpu_memory_flag, add_mode_flag, flag_overrides
 from cudaforge.engine.results import EvalResult
 from cudaforge.engine.task import load_task
 
@@ -38,8 +39,7 @@ def exit_code_for(result: EvalResult) -> int:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="config file (layered over ./cudaforge.toml)")
-    p.add_argument("--device", choices=("cuda", "cpu"), help="where candidates run (default from config: cuda)")
-    p.add_argument("--gpu", type=int, metavar="N", help="CUDA device index")
+    add_device_flags(p, help_device="where candidates run (default from config: cuda)", help_gpu="CUDA device index")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout; messages go to stderr")
     p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
 
@@ -54,10 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     _common(ev)
     ev.add_argument("--trials", type=int, help="correctness trials (default 5)")
     ev.add_argument("--timing-trials", type=int, help="timed calls per side")
-    ev.add_argument("--precision", choices=("fp32", "fp16", "bf16"))
+    ev.add_argument("--precision", choices=choices("eval", "precision"))
     ev.add_argument("--atol", type=float)
     ev.add_argument("--rtol", type=float)
-    ev.add_argument("--baseline", action="append", choices=("eager", "compile"),
+    ev.add_argument("--baseline", action="append", choices=BASELINES,
                     help="add a timing baseline (eager is always timed)")
     ev.add_argument("--keep", action="store_true", help="keep the worker's folder (logs, spec) for inspection")
     add_gpu_memory_flag(ev)
@@ -105,18 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_gpu_memory_flag(p: argparse.ArgumentParser) -> None:
-    """`--gpu-memory-gb N` ([run] gpu_memory_gb): shared by `eval`, `run` and `cudaforge-tui`."""
-    p.add_argument("--gpu-memory-gb", type=float, metavar="N",
-                   help="cap each worker's device memory at N GiB (emulates a smaller card; CUDA only)")
-
-
 def _session_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--mode", choices=("review", "auto", "manual"), help="review: ask at each decision point")
+    add_mode_flag(p, help="review: ask at each decision point")
     p.add_argument("--auto", action="store_true", help="short for --mode auto")
     p.add_argument("--rounds", type=int, help="maximum rounds (default [session] rounds: 10)")
     p.add_argument("--target-speedup", type=float, help="stop once the best speedup reaches this")
-    p.add_argument("--format", dest="cand_format", choices=("nvrtc", "inline", "cpu", "triton"),
+    p.add_argument("--format", dest="cand_format", choices=choices("session", "format"),
                    help="candidate format the Coder writes (triton runs in Triton's interpreter on --device cpu)")
 
 
@@ -128,19 +122,9 @@ def _ray_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    o: dict[str, Any] = {"eval.device": args.device, "eval.gpu": args.gpu}
-    for name, key in (("trials", "eval.trials"), ("timing_trials", "timing.trials"), ("precision", "eval.precision"),
-                      ("atol", "eval.atol"), ("rtol", "eval.rtol")):
-        if getattr(args, name, None) is not None:
-            o[key] = getattr(args, name)
-    if getattr(args, "gpu_memory_gb", None) is not None:
-        o["run.gpu_memory_gb"] = args.gpu_memory_gb
+    o = flag_overrides(args)
     if getattr(args, "baseline", None):
         o["timing.baselines"] = sorted({"eager", *args.baseline})
-    for name, key in (("rounds", "session.rounds"), ("target_speedup", "session.target_speedup"),
-                      ("cand_format", "session.format"), ("runs", "run.folder")):
-        if getattr(args, name, None) is not None:
-            o[key] = getattr(args, name)
     mode = "auto" if getattr(args, "auto", False) else getattr(args, "mode", None)
     if mode:
         o["session.mode"] = mode
@@ -369,7 +353,7 @@ async def _cmd_resume(args: argparse.Namespace) -> int:
         return await _finish_batch(args, Batch.open(args.run_dir), overrides)
     mode = overrides.get("session.mode")
     if mode is None and Path(args.run_dir, "state.json").is_file():
-        mode = RunStore(Path(args.run_dir), read_only=True).state.get("mode")
+        mode = RunStore(Path(args.run_dir), read_only=True).state.mode or None
     session = resume_session(args.run_dir, overrides=overrides,
                              driver=_driver_for(mode or "review") if mode != "auto" else None,
                              on_event=ProgressDisplay(), mode=mode)

@@ -31,6 +31,12 @@ class Key:
     doc: str = ""
 
 
+MODES = ("review", "auto", "manual")  # review: ask at each decision; auto: approve all; manual: you supply each
+# The longest an evaluation (or a profile) waits for its GPU turn, and a pre-warmed spare for its job. Not a
+# key: a wait that long means the card is taken, and the message says so.
+GPU_WAIT_S = 3600.0
+BASELINES = ("eager", "compile")  # what [timing] baselines may list
+
 SCHEMA: dict[str, dict[str, Key]] = {
     "eval": {
         "device": Key("cuda", str, ("cuda", "cpu"), doc="where candidates run"),
@@ -69,7 +75,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "session": {
         "rounds": Key(10, int, minimum=1),
-        "mode": Key("review", str, ("review", "auto", "manual")),
+        "mode": Key("review", str, MODES),
         "format": Key("nvrtc", str, ("nvrtc", "inline", "cpu", "triton")),
         "target_speedup": Key(None, (int, float), optional=True),
         "plateau_rounds": Key(None, int, minimum=1, optional=True),
@@ -133,6 +139,18 @@ class _Section:
             raise AttributeError(name) from None
 
 
+def default(section: str, key: str) -> Any:
+    """The built-in default of one key (a fresh copy of lists and tables)."""
+    return _copy(SCHEMA[section][key].default)
+
+
+def choices(section: str, key: str) -> tuple[Any, ...]:
+    """The allowed values of one key, for the command lines' `choices=`."""
+    allowed = SCHEMA[section][key].choices
+    assert allowed is not None, f"[{section}] {key} has no choices"
+    return allowed
+
+
 def defaults() -> dict[str, dict[str, Any]]:
     data = {section: {k: _copy(spec.default) for k, spec in keys.items()} for section, keys in SCHEMA.items()}
     for name in DELEGATED:
@@ -184,9 +202,9 @@ def validate_value(section: str, key: str, value: Any, source: str) -> Any:
             raise ConfigError(f"{where}: unknown finding {unknown[0]!r} (the findings are listed in the README's "
                               "integrity section)")
     if section == "timing" and key == "baselines":
-        bad = [b for b in value if b not in ("eager", "compile")]
+        bad = [b for b in value if b not in BASELINES]
         if bad:
-            raise ConfigError(f"{where}: unknown baseline {bad[0]!r} (use eager, compile)")
+            raise ConfigError(f"{where}: unknown baseline {bad[0]!r} (use {', '.join(BASELINES)})")
     return value
 
 

@@ -19,10 +19,19 @@ REQUIRED_FUNCTIONS = ("get_inputs", "get_init_inputs")
 
 @dataclass(frozen=True)
 class Task:
+    """A loaded task. `path` is the file that is evaluated (imported by the worker and the fit check); on a
+    resumed run that is the run folder's copy, and `origin` is the file the run was started from."""
+
     path: Path
     source: str
     name: str
     constants: tuple[str, ...]
+    origin: Path | None = None
+
+    @property
+    def shown_path(self) -> Path:
+        """The path a person knows the task by: the file the run was started from."""
+        return self.origin or self.path
 
     @property
     def sha256(self) -> str:
@@ -85,5 +94,10 @@ def load_task(path: str | Path) -> Task:
         for name, node in names.items()
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and name.isupper()
     )
-    return Task(path=path.resolve(), source=source, name=path.parent.name if path.stem == "task" else path.stem,
-                constants=constants)
+    return Task(path=path.resolve(), source=source, name=task_name_of(path), constants=constants)
+
+
+def task_name_of(path: str | Path) -> str:
+    """A task's name: its folder's for a `task.py` (KernelBench-style folders), else the file's stem."""
+    path = Path(path)
+    return path.parent.name if path.stem == "task" else path.stem

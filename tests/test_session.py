@@ -101,9 +101,9 @@ async def test_full_session_seed_repair_optimize_and_revert(server: ScriptedLLMS
         (r.tokens, pytest.approx(r.cost_usd)) for r in recs]
     assert all(rounds[n].tokens > 0 for n in (1, 2, 3, 4))
     state = store.state
-    assert state["status"] == "finished" and state["best_round"] == stopped.best_round
+    assert state.status == "finished" and state.best_round == stopped.best_round
     manifest = store.manifest
-    assert manifest["schema"] == 1 and manifest["task_sha256"] and manifest["versions"]["torch"]
+    assert manifest.schema == 1 and manifest.task_sha256 and manifest.versions["torch"]
     # nothing in the run folder holds the API key
     for path in store.path.rglob("*"):
         if path.is_file():
@@ -203,7 +203,7 @@ async def test_review_stop_leaves_a_resumable_run(server: ScriptedLLMServer, cac
     assert stopped.reason == "stopped_by_user" and stopped.rounds_done == 0
     assert not _kinds(events, CandidateEvaluated)
     state = RunStore.open(session.store.path, read_only=True).state
-    assert state["status"] == "stopped" and state["stop_reason"] == "stopped_by_user"
+    assert state.status == "stopped" and state.stop_reason == "stopped_by_user"
 
 
 async def test_pause_turns_auto_into_review_at_the_next_decision(server: ScriptedLLMServer, cache_dir: Path,
@@ -226,7 +226,7 @@ async def test_pause_turns_auto_into_review_at_the_next_decision(server: Scripte
     assert _kinds(events, ModeChanged)[0].mode == "review"
     asked = [(e.round, e.point) for e in _kinds(events, DecisionNeeded)]
     assert asked == [(2, "recommendation"), (2, "candidate")]  # round 1 ran unattended
-    assert RunStore.open(session.store.path, read_only=True).state["mode"] == "review"
+    assert RunStore.open(session.store.path, read_only=True).state.mode == "review"
 
 
 async def test_branch_from_an_earlier_round(server: ScriptedLLMServer, cache_dir: Path, tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ async def test_refused_key_or_unknown_model_ends_the_session(server: ScriptedLLM
     # The failed draft is not stored, so a session resumed after the fix asks the Coder again.
     store = RunStore(session.store.path, read_only=True)
     assert store.get(1, "coder-1") is None
-    assert store.state["stop_reason"] == "bad_config"
+    assert store.state.stop_reason == "bad_config"
 
 
 async def test_missing_sdk_module_ends_the_session(server: ScriptedLLMServer, cache_dir: Path,

@@ -105,7 +105,7 @@ def test_kill_9_mid_round_then_resume(server: ScriptedLLMServer, cache_dir: Path
             proc.kill()
     [run_dir] = list(runs.iterdir())
     store = RunStore(run_dir, read_only=True)
-    assert store.state["status"] == "running" and not store.is_live()  # crashed, not stopped
+    assert store.state.status == "running" and not store.is_live()  # crashed, not stopped
     assert len(server.requests) == 3
     round1_eval = (run_dir / "rounds/001/eval.json").read_bytes()
     assert (run_dir / "rounds/001/round.json").exists() and store.get(1, "round")["finished"]

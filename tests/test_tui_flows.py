@@ -73,7 +73,7 @@ async def test_approve_a_round_and_measure_key_latency(tmp_path: Path, cache_dir
     store = RunStore.open(run_dir(app), read_only=True)
     rec = store.load_round(1)
     assert rec.origin == "coder" and rec.result is not None and rec.result.outcome == "ok"
-    assert store.state["stop_reason"] == "max_rounds"
+    assert store.state.stop_reason == "max_rounds"
     assert [d["action"] for d in rec.decisions] == ["approve"]
 
 

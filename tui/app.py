@@ -21,6 +21,7 @@ from typing import cast
 
 from cudaforge.engine.config import Config, load_config
 from cudaforge.engine.errors import CudaforgeError
+from cudaforge.engine.flags import flag_overrides
 from cudaforge.engine.session import (
     Decision,
     DecisionNeeded,
@@ -174,10 +175,8 @@ class WorkbenchApp(App[int]):
 
     def _load_config(self) -> None:
         """Configuration errors are shown, not raised: the app opens so the person can read them."""
-        overrides = {"eval.device": self.spec.device, "eval.gpu": self.spec.gpu, "session.rounds": self.spec.rounds,
-                     "run.folder": self.spec.run_root, "run.gpu_memory_gb": self.spec.gpu_memory_gb}
         try:
-            self.config = load_config(self.spec.config_file, overrides, cwd=self.cwd,
+            self.config = load_config(self.spec.config_file, flag_overrides(self.spec), cwd=self.cwd,
                                       use_user_config=self.spec.use_user_config)
         except CudaforgeError as exc:
             self._error(exc.message)

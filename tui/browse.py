@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from cudaforge.engine.errors import CudaforgeError
 from cudaforge.engine.session import RunStore
@@ -35,26 +34,22 @@ def open_run(path: Path, model: RunModel) -> Opened:
         return Opened(error=f"{path}: cannot read the run folder ({exc})")
     state = store.state
     m = model
-    m.run_id, m.run_dir, m.task_path = store.run_id, str(path), str(manifest.get("task_path", ""))
-    m.mode = str(state.get("mode") or manifest.get("mode", ""))
-    m.total_rounds = int((manifest.get("config") or {}).get("session", {}).get("rounds", 0)) or len(records)
-    m.gpu_name = _gpu_label(manifest)
+    m.run_id, m.run_dir, m.task_path = store.run_id, str(path), manifest.task_path
+    m.mode = state.mode or manifest.mode
+    m.total_rounds = manifest.rounds_limit or len(records)
+    m.gpu_name = manifest.gpu.shown if manifest.gpu is not None else ""
     m.load_records(records)
     m.current_round = m.latest()
     m.dollars = sum(r.cost_usd for r in records)
     m.tokens = sum(r.tokens for r in records)
-    return Opened(log=f"opened {path} read-only: {len(records)} round(s), status {state.get('status', '?')}"
-                  + (f" ({state.get('stop_message')})" if state.get("stop_message") else ""),
+    return Opened(log=f"opened {path} read-only: {len(records)} round(s), status {state.status or '?'}"
+                  + (f" ({state.stop_message})" if state.stop_message else ""),
                   banner=f"Browsing {store.run_id} read-only. Select a round in the tree; every pane shows it.")
 
 
 def run_gpu_name(run_dir: str) -> str:
     """The device named in a run folder's manifest; "" when it names none or cannot be read."""
     with contextlib.suppress(OSError, ValueError, CudaforgeError):
-        return _gpu_label(RunStore(Path(run_dir), read_only=True).manifest)
+        gpu = RunStore(Path(run_dir), read_only=True).manifest.gpu
+        return gpu.shown if gpu is not None else ""
     return ""
-
-
-def _gpu_label(manifest: dict[str, Any]) -> str:
-    gpu = manifest.get("gpu") or {}
-    return str(gpu.get("name") or ("CPU" if gpu.get("device") == "cpu" else ""))

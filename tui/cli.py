@@ -7,6 +7,7 @@ import sys
 from dataclasses import dataclass
 
 from cudaforge.engine.errors import EXIT_BAD_INPUT
+from cudaforge.engine.flags import add_device_flags, add_gpu_memory_flag, add_mode_flag
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,7 @@ class LaunchSpec:
     device: str | None = None
     gpu: int | None = None
     rounds: int | None = None
-    run_root: str | None = None
+    runs: str | None = None  # --runs DIR: [run] folder
     use_user_config: bool = True
     gpu_memory_gb: float | None = None
 
@@ -36,13 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", metavar="RUN", help="continue a stopped or crashed run folder")
     p.add_argument("--open", dest="open_run", metavar="RUN", help="browse a run folder read-only")
     p.add_argument("--config", dest="config_file", metavar="F", help="config file (settings are saved there)")
-    p.add_argument("--mode", choices=("review", "auto", "manual"))
-    p.add_argument("--device", choices=("cuda", "cpu"))
-    p.add_argument("--gpu", type=int, metavar="N")
+    add_mode_flag(p)
+    add_device_flags(p)
     p.add_argument("--rounds", type=int, metavar="N")
-    p.add_argument("--runs", dest="run_root", metavar="DIR", help="folder for new run folders (default [run] folder)")
-    p.add_argument("--gpu-memory-gb", type=float, metavar="N",
-                   help="cap each worker's device memory at N GiB (emulates a smaller card; CUDA only)")
+    p.add_argument("--runs", metavar="DIR", help="folder for new run folders (default [run] folder)")
+    add_gpu_memory_flag(p)
     p.add_argument("--no-user-config", action="store_true", help="ignore ~/.config/cudaforge/cudaforge.toml")
     return p
 
@@ -62,5 +61,5 @@ def parse_args(argv: list[str]) -> LaunchSpec | int:
         print("cudaforge-tui: --rounds must be at least 1", file=sys.stderr)
         return EXIT_BAD_INPUT
     return LaunchSpec(task=ns.task, resume=ns.resume, open_run=ns.open_run, config_file=ns.config_file,
-                      mode=ns.mode, device=ns.device, gpu=ns.gpu, rounds=ns.rounds, run_root=ns.run_root,
+                      mode=ns.mode, device=ns.device, gpu=ns.gpu, rounds=ns.rounds, runs=ns.runs,
                       use_user_config=not ns.no_user_config, gpu_memory_gb=ns.gpu_memory_gb)

@@ -59,24 +59,6 @@ def fmt_tokens(value: int) -> str:
     return str(value)
 
 
-def fmt_number(value: float | None) -> str:
-    """Compact, unit-free number: 3 significant digits, thousands grouped for large values."""
-    if value is None:
-        return "n/a"
-    a = abs(value)
-    if a == 0:
-        return "0"
-    if a >= 1e6:
-        return f"{value:,.0f}"
-    if a >= 100:
-        return f"{value:,.1f}"
-    if a >= 1:
-        return f"{value:.2f}"
-    if a >= 1e-3:
-        return f"{value:.4f}"
-    return f"{value:.3g}"
-
-
 def fmt_err(value: float) -> str:
     return f"{value:.3g}"
 

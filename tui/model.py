@@ -30,6 +30,7 @@ from cudaforge.engine.session import (
     SessionStarted,
     SessionStopped,
     UsageUpdated,
+    round_status,
 )
 
 BUSY_PHASES = ("thinking", "compiling", "verifying", "timing", "profiling", "judging")
@@ -67,13 +68,7 @@ class RoundView:
 
     @property
     def status(self) -> str:
-        if self.outcome:
-            return self.outcome
-        if self.result is not None:
-            return self.result.outcome
-        if self.coder_error:
-            return "no_candidate"
-        return "running" if not self.finished else "no_candidate"
+        return round_status(self.result, coder_error=self.coder_error, finished=self.finished, outcome=self.outcome)
 
     @classmethod
     def from_record(cls, rec: RoundRecord) -> RoundView:

@@ -23,10 +23,11 @@ from cudaforge.engine.agents.summary import (
     format_metrics,
     summarize_result,
 )
+from cudaforge.engine.config import choices
 from cudaforge.engine.llm.types import Message
 from cudaforge.engine.results import EvalResult
 
-FORMATS = ("nvrtc", "inline", "cpu", "triton")
+FORMATS = choices("session", "format")  # the formats a Coder writes
 _PLACEHOLDER = re.compile(r"\{\{([a-z_]+)\}\}")
 
 CORRECT_KEYS = ("critical_issue", "why_it_matters", "minimal_fix_hint")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaforge.engine.candidate import Candidate
-from cudaforge.engine.config import Config
+from cudaforge.engine.config import GPU_WAIT_S, Config, default, defaults
 from cudaforge.engine.evaluation import result_cache
 from cudaforge.engine.evaluation.sandbox import (
     ProcessOutcome,
@@ -50,33 +50,37 @@ def default_cache_dir() -> Path:
     return Path(base) / "cudaforge"
 
 
+def _timeouts(section: Mapping[str, Any]) -> dict[str, float]:
+    """The phase groups' limits from a [timeouts] section, plus the GPU wait (not a key)."""
+    return {k: float(section[k]) for k in PHASE_GROUPS if k in section} | {"gpu_wait_s": GPU_WAIT_S}
+
+
 @dataclass(frozen=True)
 class EvalOptions:
-    device: str = "cuda"
-    gpu: int = 0
-    precision: str = "fp32"
-    trials: int = 5
-    seed: int | None = None  # None: a random base seed per evaluation (recorded in EvalResult.seeds)
-    atol: float | None = None
-    rtol: float | None = None
-    second_distribution: bool = True
-    timing: Mapping[str, Any] = field(default_factory=lambda: {
-        "warmup": 10, "warmup_ms": 25.0, "trials": 50, "min_time_ms": 100.0, "max_trials": 1000, "host_trials": 20,
-        "l2_flush": True, "baselines": ["eager"]})
-    timeouts: Mapping[str, float] = field(default_factory=lambda: {
-        "load_s": 900.0, "correctness_s": 180.0, "timing_s": 300.0, "profile_s": 300.0, "gpu_wait_s": 3600.0})
-    output_limit_bytes: int = 64 << 20
-    open_files: int = 1024
+    """What an evaluation needs from the configuration; the defaults are the config schema's (engine/config.py)."""
+
+    device: str = default("eval", "device")
+    gpu: int = default("eval", "gpu")
+    precision: str = default("eval", "precision")
+    trials: int = default("eval", "trials")
+    seed: int | None = default("eval", "seed")  # None: a random base seed per evaluation (recorded in EvalResult.seeds)
+    atol: float | None = default("eval", "atol")
+    rtol: float | None = default("eval", "rtol")
+    second_distribution: bool = default("eval", "second_distribution")
+    timing: Mapping[str, Any] = field(default_factory=lambda: defaults()["timing"])
+    timeouts: Mapping[str, float] = field(default_factory=lambda: _timeouts(defaults()["timeouts"]))
+    output_limit_bytes: int = default("timeouts", "output_mb") << 20
+    open_files: int = default("timeouts", "open_files")
     cache_dir: Path = field(default_factory=default_cache_dir)
-    integrity_policy: Mapping[str, str] = field(default_factory=dict)
-    speed_of_light_margin: float = 1.0
+    integrity_policy: Mapping[str, str] = field(default_factory=lambda: default("integrity", "policy"))
+    speed_of_light_margin: float = default("integrity", "speed_of_light_margin")
     peak_bandwidth_gbs: float | None = None
     python: str = sys.executable
     # Reuse results of an identical candidate (engine/evaluation/result_cache.py). Off unless the caller asks:
     # the session/CLI opt in (EvalOptions.from_config(config, result_cache=True)).
     result_cache: bool = False
     spare_idle_s: float = DEFAULT_IDLE_S  # how long a pre-warmed spare may wait for its job
-    gpu_memory_gb: float | None = None  # [run] gpu_memory_gb: the worker's device-memory cap (CUDA only)
+    gpu_memory_gb: float | None = default("run", "gpu_memory_gb")  # [run] gpu_memory_gb: the worker's device-memory cap (CUDA only)
 
     @classmethod
     def from_config(cls, config: Config, **overrides: Any) -> EvalOptions:
@@ -86,7 +90,7 @@ class EvalOptions:
             device=ev["device"], gpu=ev["gpu"], precision=ev["precision"], trials=ev["trials"], seed=ev["seed"],
             atol=ev["atol"], rtol=ev["rtol"], second_distribution=ev["second_distribution"],
             timing=dict(tm),
-            timeouts={k: float(to[k]) for k in PHASE_GROUPS if k in to} | {"gpu_wait_s": 3600.0},
+            timeouts=_timeouts(to),
             output_limit_bytes=int(to["output_mb"]) << 20, open_files=int(to["open_files"]),
             cache_dir=Path(cache).expanduser() if cache else default_cache_dir(),
             integrity_policy=dict(config.get("integrity", "policy")),
@@ -95,8 +99,13 @@ class EvalOptions:
         )
         return replace(opts, **overrides) if overrides else opts
 
+    @property
+    def load_s(self) -> float:
+        """The limit of loading the task and building the candidate ([timeouts] load_s)."""
+        return float(self.timeouts.get("load_s", default("timeouts", "load_s")))
+
     def phase_limits(self) -> dict[str, float]:
-        return {phase: float(self.timeouts.get(group, 3600.0)) for group, phases in PHASE_GROUPS.items()
+        return {phase: float(self.timeouts.get(group, GPU_WAIT_S)) for group, phases in PHASE_GROUPS.items()
                 for phase in phases}
 
 
@@ -174,9 +183,9 @@ class Evaluator:
         o = self.options
         self._spare = start_spare(
             key=key, prefix=(), python=o.python, device=o.device, gpu=o.gpu, env=self.worker_env(),
-            phase_limits=o.phase_limits(), default_limit_s=float(o.timeouts.get("load_s", 900.0)),
+            phase_limits=o.phase_limits(), default_limit_s=o.load_s,
             output_limit_bytes=o.output_limit_bytes, open_files=o.open_files,
-            warm_limit_s=float(o.timeouts.get("load_s", 900.0)), idle_limit_s=o.spare_idle_s, label="spare")
+            warm_limit_s=o.load_s, idle_limit_s=o.spare_idle_s, label="spare")
         return True
 
     @property
@@ -302,7 +311,7 @@ class Evaluator:
                     workdir=workdir / "sandbox",
                     env=self.worker_env(),
                     phase_limits=self.options.phase_limits(),
-                    default_limit_s=float(self.options.timeouts.get("load_s", 900.0)),
+                    default_limit_s=self.options.load_s,
                     output_limit_bytes=self.options.output_limit_bytes,
                     open_files=self.options.open_files,
                 ))

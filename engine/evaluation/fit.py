@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudaforge.engine.worker.memory import GIB, fit_message, fits, needed_bytes, task_name
+from cudaforge.engine.worker.memory import cap_bytes, fit_message, fits, needed_bytes, task_name
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,9 @@ async def task_footprint(task_path: str | Path, *, python: str, seed: int = 42, 
     return {"error": "the footprint check printed nothing", "kind": "unknown"}
 
 
-async def check_task_fit(task_path: str | Path, options: Any) -> FitCheck | None:
-    """None when there is nothing to say (CPU device, unknown footprint or card); else the verdict."""
+async def check_task_fit(task_path: str | Path, options: Any, *, shown_path: str | Path | None = None) -> FitCheck | None:
+    """None when there is nothing to say (CPU device, unknown footprint or card); else the verdict. `task_path`
+    is imported; the message names `shown_path` (a resumed run imports its copy, named by the original)."""
     if getattr(options, "device", "cpu") != "cuda":
         return None
     seed = options.seed if options.seed is not None else 42  # the footprint does not depend on the draw
@@ -63,12 +64,12 @@ async def check_task_fit(task_path: str | Path, options: Any) -> FitCheck | None
     if "footprint_bytes" not in fp:
         return None
     free = await asyncio.to_thread(card_free_bytes, options.gpu)
-    cap = int(float(options.gpu_memory_gb) * GIB) if getattr(options, "gpu_memory_gb", None) else None
+    cap = cap_bytes(getattr(options, "gpu_memory_gb", None))
     if free is None and cap is None:
         return None
     footprint = int(fp["footprint_bytes"])
     limit_free = free if free is not None else cap
     ok = fits(footprint, int(limit_free), cap)  # type: ignore[arg-type]
-    message = "" if ok else fit_message(task_name(str(task_path)), footprint, int(limit_free), cap)  # type: ignore[arg-type]
+    message = "" if ok else fit_message(task_name(str(shown_path or task_path)), footprint, int(limit_free), cap)  # type: ignore[arg-type]
     return FitCheck(fits=ok, footprint_bytes=footprint, needed_bytes=needed_bytes(footprint), free_bytes=free,
                     cap_bytes=cap, message=message)

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from cudaforge.engine.candidate import Candidate
+from cudaforge.engine.config import GPU_WAIT_S
 from cudaforge.engine.evaluation import result_cache
 from cudaforge.engine.evaluation.evaluator import Evaluator
 from cudaforge.engine.evaluation.sandbox import run_sandboxed, wait_sandboxed
@@ -43,8 +44,8 @@ class Profiler:
     def _limits(self) -> dict[str, float]:
         limits = {p: float(self.settings.timeout_s) for p in ("start", "load_task", "build", "init", "gpu_wait",
                                                               "profile")}
-        limits["build"] = float(self.evaluator.options.timeouts.get("load_s", 900.0))
-        limits["gpu_wait"] = 3600.0
+        limits["build"] = self.evaluator.options.load_s
+        limits["gpu_wait"] = GPU_WAIT_S
         return limits
 
     def _prepare(self, ncu: str, target: list[str]) -> PreparedProfile:

@@ -39,11 +39,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cudaforge.engine.config import GPU_WAIT_S
 from cudaforge.engine.evaluation.sandbox import SandboxHandle, kill_sandboxed, start_sandboxed
 from cudaforge.engine.fsutil import atomic_write_json
 from cudaforge.engine.gpu.lock import gpu_lock_path
 
-DEFAULT_IDLE_S = 3600.0
+DEFAULT_IDLE_S = GPU_WAIT_S  # a spare waits for its job as long as a job may wait for the GPU
 _LIVE: dict[int, Spare] = {}
 
 

@@ -311,19 +311,22 @@ class Analysis:
         )
 
 
-def fmt_number(value: float | None) -> str:
-    """A number as the reports show it: thousands separators, 3 significant digits when small."""
+def fmt_number(value: float | None, *, aligned: bool = False) -> str:
+    """A number as reports show it: thousands separators, trailing zeros dropped, 3 significant digits when
+    small. `aligned` (a table column, the workbench's metrics): fixed decimals per magnitude, so digits line up."""
     if value is None:
         return "n/a"
     if value == 0:
         return "0"
     a = abs(value)
     if a >= 1e6:
-        return f"{value:.3g}"
+        return f"{value:,.0f}" if aligned else f"{value:.3g}"
     if a >= 100:
-        return f"{value:,.0f}"
+        return f"{value:,.1f}" if aligned else f"{value:,.0f}"
     if a >= 1:
-        return f"{value:.2f}".rstrip("0").rstrip(".")
+        return f"{value:.2f}" if aligned else f"{value:.2f}".rstrip("0").rstrip(".")
+    if aligned and a >= 1e-3:
+        return f"{value:.4f}"
     return f"{value:.3g}"
 
 

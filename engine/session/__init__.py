@@ -29,6 +29,17 @@ from cudaforge.engine.session.events import (
     UsageUpdated,
 )
 from cudaforge.engine.session.factory import NO_LLM_NOTICE, build_parts, create_session, resume_session
+from cudaforge.engine.session.records import (
+    CandidateMeta,
+    CoderDraft,
+    GpuInfo,
+    JudgeDraft,
+    Manifest,
+    Recommendation,
+    RoundMeta,
+    State,
+    round_status,
+)
 from cudaforge.engine.session.session import Session, SessionPolicy
 from cudaforge.engine.session.store import (
     RoundRecord,
@@ -45,4 +56,6 @@ __all__ = [
     "PhaseChanged", "ProfileReady", "QueueDriver", "Reverted", "RoundFinished", "RoundRecord", "RoundStarted",
     "RunStore", "RunSummary", "ScriptedDriver", "Session", "SessionPolicy", "SessionStarted", "SessionStopped",
     "UsageUpdated", "build_parts", "create_session", "list_runs", "prune_cache", "prune_runs", "resume_session",
+    "CandidateMeta", "CoderDraft", "GpuInfo", "JudgeDraft", "Manifest", "Recommendation", "RoundMeta", "State",
+    "round_status",
 ]

@@ -320,13 +320,13 @@ def _outcome(row: TaskOutcome, run_dir: Path, reason: str, message: str, *, prio
     store = RunStore(run_dir, read_only=True)
     state = store.state
     calls = store.calls()
-    best = state.get("best_speedup")
+    best = state.best_speedup
     if reason == "does_not_fit":  # said once for the task; counts as not correct (fast_p over all tasks)
         return replace(row, status="skipped", run_dir=str(run_dir), correct=False, best_speedup=None,
                        wall_s=prior_s, stop_reason=reason, message=f"skipped: does not fit this card ({message})",
                        gpu=gpu)
-    return replace(row, status="done", run_dir=str(run_dir), correct=state.get("best_round") is not None,
+    return replace(row, status="done", run_dir=str(run_dir), correct=state.best_round is not None,
                    best_speedup=best,
-                   best_round=state.get("best_round"), rounds=int(state.get("rounds_done", 0)),
+                   best_round=state.best_round, rounds=int(state.rounds_done or 0),
                    tokens=sum(c.usage.total_tokens for c in calls), dollars=sum(c.cost_usd or 0.0 for c in calls),
                    wall_s=prior_s, stop_reason=reason, message=message, gpu=gpu)

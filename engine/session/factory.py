@@ -7,7 +7,7 @@ Judge when no LLM is configured), the ledger with its dollar cap, and the run fo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +22,10 @@ from cudaforge.engine.evaluation.backend import (
 )
 from cudaforge.engine.llm.types import UsageLedger
 from cudaforge.engine.session.decisions import Driver
+from cudaforge.engine.session.records import GpuInfo, Manifest
 from cudaforge.engine.session.session import EventHook, Session, SessionPolicy
 from cudaforge.engine.session.store import RunStore
-from cudaforge.engine.task import Task, load_task
+from cudaforge.engine.task import Task, load_task, task_name_of
 
 NO_LLM_NOTICE = (
     "No Coder LLM is configured, so this session runs in manual mode (you write each candidate) with the "
@@ -104,12 +105,12 @@ def _gpu_summary(gpu_spec: Any, device: str) -> str:
     return summary() if callable(summary) else str(getattr(gpu_spec, "name", ""))
 
 
-def _gpu_info(parts: Parts, config: Config) -> dict[str, Any] | None:
+def _gpu_info(parts: Parts, config: Config) -> GpuInfo:
     if config.get("eval", "device") != "cuda":
-        return {"device": "cpu"}
+        return GpuInfo(device="cpu")
     p = parts.gpu_spec
-    return {"device": "cuda", "index": config.get("eval", "gpu"), "name": getattr(p, "name", None),
-            "chip": getattr(p, "chip", None)}
+    return GpuInfo(device="cuda", index=config.get("eval", "gpu"), name=getattr(p, "name", None),
+                   chip=getattr(p, "chip", None))
 
 
 def create_session(
@@ -151,26 +152,42 @@ def resume_session(
     store = RunStore.open(run_dir)
     try:
         manifest = store.manifest
-        config = config_from_data(manifest.get("config") or {}, overrides, source=f"{store.path}/manifest.json")
-        task = _stored_task(store, manifest)
-        state_mode = store.state.get("mode")
+        config = config_from_data(manifest.config, overrides, source=f"{store.path}/manifest.json")
+        task, task_notice = _stored_task(store, manifest)
+        state_mode = store.state.mode
         parts = build_parts(config, mode=mode or state_mode or config.get("session", "mode"), env=env,
                             backend=backend)
+        if task_notice:
+            parts = replace(parts, notice=" ".join(n for n in (task_notice, parts.notice) if n))
     except BaseException:
         store.close()
         raise
     return _session(task, store, config, parts, driver, on_event, ledger)
 
 
-def _stored_task(store: RunStore, manifest: dict[str, Any]) -> Task:
+def _stored_task(store: RunStore, manifest: Manifest) -> tuple[Task, str]:
+    """The run folder's own copy of the task, checked against the hash the run started with, and a notice
+    when the file the run was started from has changed or gone since (the copy is evaluated either way)."""
     copy = store.task_copy()
     if not copy.is_file():
         raise UsageError(f"{store.path}: the run folder has no task.py")
     task = load_task(copy)
-    if task.sha256 != manifest.get("task_sha256"):
+    if task.sha256 != manifest.task_sha256:
         raise UsageError(f"{copy}: the task copy was changed since the run started (hash mismatch)")
-    return Task(path=Path(manifest.get("task_path") or copy), source=task.source, name=task.name,
-                constants=task.constants)
+    origin = Path(manifest.task_path) if manifest.task_path else None
+    name = manifest.task_name or (task_name_of(origin) if origin is not None else task.name)
+    notice = ""
+    if origin is not None and not origin.is_file():
+        notice = f"{origin} no longer exists; the run evaluates its own copy of the task ({copy})."
+    elif origin is not None:
+        try:
+            changed = origin.read_text(encoding="utf-8") != task.source
+        except (OSError, UnicodeDecodeError):
+            changed = True
+        if changed:
+            notice = (f"{origin} changed since the run started; the run evaluates its own copy of the task "
+                      f"({copy}), as it started.")
+    return replace(task, name=name, origin=origin), notice
 
 
 def _session(task: Task, store: RunStore, config: Config, parts: Parts, driver: Driver | None,

@@ -7,6 +7,7 @@ from pathlib import Path
 from cudaforge.engine.errors import UsageError
 from cudaforge.engine.fsutil import atomic_write_text
 from cudaforge.engine.results import NO_SPEED_CLAIM
+from cudaforge.engine.session.records import GpuInfo
 from cudaforge.engine.session.store import RoundRecord, RunStore
 
 BAR_WIDTH = 30
@@ -63,14 +64,15 @@ def markdown_report(store: RunStore) -> str:
     tokens = sum(c.usage.total_tokens for c in calls)
     dollars = sum(c.cost_usd or 0.0 for c in calls)
     unpriced = sum(1 for c in calls if c.cost_usd is None and c.usage.total_tokens)
-    gpu = manifest.get("gpu") or {}
-    versions = manifest.get("versions") or {}
-    out = [f"# cudaforge run {manifest.get('run_id')}", "",
-           f"- task: `{manifest.get('task_path')}` (sha256 {str(manifest.get('task_sha256'))[:12]})",
-           f"- device: {gpu.get('device', '?')} {gpu.get('name') or ''}".rstrip(),
+    gpu = manifest.gpu or GpuInfo(device="?")
+    versions = manifest.versions
+    out = [f"# cudaforge run {manifest.run_id}", "",
+           f"- task: `{manifest.task_path}` (sha256 {manifest.task_sha256[:12]}; the run evaluates "
+           "its copy, task.py)",
+           f"- device: {gpu.device or '?'} {gpu.name or ''}".rstrip(),
            f"- versions: cudaforge {versions.get('cudaforge')}, torch {versions.get('torch')}, "
            f"python {versions.get('python')}",
-           f"- status: {state.get('status')} ({state.get('stop_reason') or '-'}): {state.get('stop_message') or ''}",
+           f"- status: {state.status} ({state.stop_reason or '-'}): {state.stop_message or ''}",
            f"- LLM usage: {len(calls)} calls, {tokens} tokens, ${dollars:.3f}"
            + (f" ({unpriced} calls unpriced: a lower bound)" if unpriced else ""),
            ""]

@@ -18,11 +18,12 @@ import contextlib
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cudaforge.engine.agents import Coder, Judge, RoundNote
 from cudaforge.engine.candidate import Candidate, check_candidate_source
+from cudaforge.engine.config import MODES
 from cudaforge.engine.errors import EXIT_UNAVAILABLE, CandidateError
 from cudaforge.engine.evaluation.backend import EvalBackend, ProfileBackend
 from cudaforge.engine.fsutil import atomic_write_text
@@ -51,6 +52,7 @@ from cudaforge.engine.session.events import (
     StopReason,
     UsageUpdated,
 )
+from cudaforge.engine.session.records import CandidateMeta, CoderDraft, JudgeDraft, Recommendation, RoundMeta
 from cudaforge.engine.session.store import RoundRecord, RunStore
 from cudaforge.engine.task import Task
 
@@ -125,7 +127,7 @@ class Session:
         ledger: UsageLedger | None = None,
         notice: str = "",
     ) -> None:
-        if mode not in ("review", "auto", "manual"):
+        if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}")
         if mode == "manual" and driver is None:
             raise ValueError("manual mode needs a driver: the person supplies every candidate")
@@ -149,7 +151,7 @@ class Session:
         self._branch_to: int | None = None
         self._replayed: dict[tuple[int, str], int] = {}  # stored decisions consumed, per round and point
         self._started = time.monotonic()
-        self._prior_active_s = float(store.state.get("active_s", 0.0))
+        self._prior_active_s = float(store.state.active_s or 0.0)
         self._pending_calls: list[CallRecord] = []
         if not store.read_only:
             store.reconcile_calls()
@@ -171,7 +173,7 @@ class Session:
 
     def request_branch(self, round: int) -> None:
         """The next round builds on `round` instead of the head."""
-        if self.store.get(round, "round") is None:
+        if self.store.round_meta(round) is None:
             raise ValueError(f"no round {round} in this run")
         self._branch_to = round
 
@@ -183,7 +185,7 @@ class Session:
     async def run(self) -> SessionStopped:
         resumed = bool(self.store.round_numbers())
         self.store.save_state(status="running", mode=self.mode)
-        self._emit(SessionStarted(self.store.run_id, str(self.store.path), str(self.task.path), self.mode,
+        self._emit(SessionStarted(self.store.run_id, str(self.store.path), str(self.task.shown_path), self.mode,
                                   self.policy.rounds, resumed, self.notice))
         self._emit_usage()
         try:
@@ -222,8 +224,8 @@ class Session:
             return self._finish("does_not_fit", too_big)
         n = 1
         while True:
-            meta = self.store.get(n, "round")
-            if meta is not None and meta.get("finished"):
+            meta = self.store.round_meta(n)
+            if meta is not None and meta.finished:
                 self._replay_round(n, meta)
                 n += 1
                 continue
@@ -242,7 +244,7 @@ class Session:
         from cudaforge.engine.evaluation.fit import check_task_fit
 
         try:
-            fit = await check_task_fit(self.task.path, options)
+            fit = await check_task_fit(self.task.path, options, shown_path=self.task.shown_path)
         except Exception:  # the worker checks again before every build
             return ""
         return fit.message if fit is not None and not fit.fits else ""
@@ -272,14 +274,15 @@ class Session:
                                        f"{p.wall_minutes:g} min)")
 
     async def _round(self, n: int) -> None:
-        meta = self.store.get(n, "round")
+        meta = self.store.round_meta(n)
         if meta is None:
             parent = self._branch_to if self._branch_to is not None else self.progress.head
             self._branch_to = None
             self.store.start_round(n, self._kind_for(parent), parent)
-            meta = self.store.get(n, "round")
-        parent = meta.get("parent")
-        self._emit(RoundStarted(n, meta["kind"], parent))
+            meta = self.store.round_meta(n)
+            assert meta is not None
+        parent = meta.parent
+        self._emit(RoundStarted(n, meta.kind, parent))  # type: ignore[arg-type]
         recommendation = None
         if parent is not None:
             parent, recommendation = await self._judge_stage(n, parent)
@@ -290,10 +293,10 @@ class Session:
             if result.accepted:
                 await self._profile(n, candidate)
         self._after_round(n, parent, result)
-        kind = (self.store.get(n, "round") or {}).get("kind", meta["kind"])
-        self.store.finish_round(n, {"outcome": result.outcome if result else "no_candidate",
-                                    "speedup": result.speedup if result and result.accepted else None,
-                                    "progress": self.progress.to_dict()})
+        kind = (self.store.round_meta(n) or meta).kind
+        self.store.finish_round(n, outcome=result.outcome if result else "no_candidate",
+                                speedup=result.speedup if result and result.accepted else None,
+                                progress=self.progress.to_dict())
         self.store.save_state(best_round=self.progress.best, best_speedup=self.progress.best_speedup,
                               rounds_done=n, active_s=self.active_seconds)
         calls = [c for c in self.ledger.records if c.round == n]
@@ -309,50 +312,50 @@ class Session:
         if parent is None:
             return "seed"
         ev = self.store.get(parent, "eval")
-        accepted = bool(ev and ev.get("accepted"))
+        accepted = bool(ev and EvalResult.from_dict(ev).accepted)
         return "optimize" if accepted else "repair"
 
     # ---- judge stage --------------------------------------------------------------------------
     async def _judge_stage(self, n: int, parent: int) -> tuple[int, str]:
         k = 1
         while True:
-            draft = self.store.get(n, f"judge-{k}")
-            if draft is None or draft.get("subject_round") != parent:
+            draft = self.store.judge_draft(n, k)
+            if draft is None or draft.subject_round != parent:
                 if draft is not None:  # a branch changed the subject: later drafts are numbered on
                     k += 1
                     continue
                 draft = await self._judge_draft(n, parent)
-                self.store.put(n, f"judge-{k}", draft)
+                self.store.put_judge_draft(n, k, draft)
                 self._flush_calls()
                 replayed = False
             else:
                 replayed = True
-            self._emit(JudgeRecommended(n, parent, draft["mode"], draft["text"], draft["source"], replayed))
-            decision = await self._decide(n, "recommendation", k, draft["text"],
+            self._emit(JudgeRecommended(n, parent, draft.mode, draft.text, draft.source, replayed))  # type: ignore[arg-type]
+            decision = await self._decide(n, "recommendation", k, draft.text,
                                           ("approve", "edit", "regenerate", "branch", "stop"))
             if decision.action == "regenerate":
                 k += 1
                 continue
             if decision.action == "branch" and decision.round is not None and decision.round != parent:
-                if self.store.get(decision.round, "round") is None or decision.round >= n:
+                if self.store.round_meta(decision.round) is None or decision.round >= n:
                     self._emit(Notice("error", f"cannot branch from round {decision.round}: no such earlier round"))
                     continue
                 parent = decision.round
-                meta = self.store.get(n, "round") or {}
-                meta.update(parent=parent, kind=self._kind_for(parent))
-                self.store.put(n, "round", meta)
-                self._emit(RoundStarted(n, meta["kind"], parent))
+                meta = replace(self.store.round_meta(n) or RoundMeta(round=n), parent=parent,
+                               kind=self._kind_for(parent))
+                self.store.put_round_meta(meta)
+                self._emit(RoundStarted(n, meta.kind, parent))  # type: ignore[arg-type]
                 k += 1
                 continue
             if decision.action == "edit" and decision.text is not None:
                 text, source = decision.text, "person"
             else:
-                text, source = draft["text"], draft["source"]
-            self.store.put(n, "recommendation", {"text": text, "source": source, "mode": draft["mode"],
-                                                 "subject_round": parent, "draft": k})
+                text, source = draft.text, draft.source
+            self.store.put_recommendation(n, Recommendation(text=text, source=source, mode=draft.mode,
+                                                            subject_round=parent, draft=k))
             return parent, text
 
-    async def _judge_draft(self, n: int, subject: int) -> dict[str, Any]:
+    async def _judge_draft(self, n: int, subject: int) -> JudgeDraft:
         record = self.store.load_round(subject)
         result = record.result
         mode = "optimize" if result is not None and result.accepted else "correct"
@@ -373,15 +376,15 @@ class Session:
                 raise _Stop("budget_dollars", reply.error.message)
             if reply.error is not None:
                 _stop_if_repeating("Judge", reply.error.to_dict())
-            return {"subject_round": subject, "mode": mode, "text": reply.as_text(),
-                    "source": "fallback" if reply.fallback else "llm", "reply": reply.to_dict()}
+            return JudgeDraft(subject_round=subject, mode=mode, text=reply.as_text(),
+                              source="fallback" if reply.fallback else "llm", reply=reply.to_dict())
         from cudaforge.engine.agents.offline_judge import NO_PROFILE, OfflineJudge
 
         analysis = self._analysis(record) or Analysis(
             gpu=getattr(self.gpu_spec, "name", "") or "cpu", profile_ok=False, profile_message=NO_PROFILE)
         reply = OfflineJudge().recommend(analysis, result)
-        return {"subject_round": subject, "mode": reply.mode, "text": reply.as_text(), "source": "heuristic",
-                "reply": reply.to_dict()}
+        return JudgeDraft(subject_round=subject, mode=reply.mode, text=reply.as_text(), source="heuristic",
+                          reply=reply.to_dict())
 
     def _analysis(self, record: RoundRecord) -> Analysis | None:
         """The analysis of a stored profile (recomputed: it is cheap and deterministic)."""
@@ -393,10 +396,10 @@ class Session:
     async def _candidate_stage(self, n: int, parent: int | None, recommendation: str | None) -> Candidate | None:
         stored = self.store.candidate(n)
         if stored is not None:
-            meta = self.store.get(n, "candidate") or {}
+            meta = self.store.candidate_meta(n) or CandidateMeta()
             cand = Candidate.from_source(stored)
-            self._emit(CandidateProposed(n, stored, cand.format, meta.get("origin", "coder"),
-                                         meta.get("explanation", ""), replayed=True))
+            self._emit(CandidateProposed(n, stored, cand.format, meta.origin or "coder",  # type: ignore[arg-type]
+                                         meta.explanation, replayed=True))
             return cand
         parent_record = self.store.load_round(parent) if parent is not None else None
         k = 1
@@ -409,19 +412,19 @@ class Session:
                 draft_text = parent_record.candidate if parent_record and parent_record.candidate else ""
                 options: tuple[Any, ...] = ("edit", "branch", "stop")
             else:
-                draft = self.store.get(n, f"coder-{k}")
+                draft = self.store.coder_draft(n, k)
                 replayed = draft is not None
                 if draft is None:
                     draft = await self._coder_draft(n, parent_record, recommendation)
                     # Not stored when it would repeat: a session resumed after the fix asks again.
-                    _stop_if_repeating("Coder", draft.get("error"))
-                    self.store.put(n, f"coder-{k}", draft)
+                    _stop_if_repeating("Coder", draft.error)
+                    self.store.put_coder_draft(n, k, draft)
                     self._flush_calls()
-                source, explanation = draft.get("source"), draft.get("explanation", "")
+                source, explanation = draft.source, draft.explanation
                 if source is None:
-                    err = (draft.get("error") or {}).get("message", "no usable module")
+                    err = draft.error_message or "no usable module"
                     self._emit(CoderFailed(n, err, replayed))
-                    if (draft.get("error") or {}).get("kind") == "budget":
+                    if draft.error_kind == "budget":
                         raise _Stop("budget_dollars", err)
                     if self._effective_mode() == "auto":
                         return None  # a failed round; the loop goes on (and may revert)
@@ -458,7 +461,7 @@ class Session:
                 self._emit(CandidateProposed(n, final, cand.format, origin, explanation))  # type: ignore[arg-type]
             return cand
 
-    async def _coder_draft(self, n: int, parent: Any, recommendation: str | None) -> dict[str, Any]:
+    async def _coder_draft(self, n: int, parent: Any, recommendation: str | None) -> CoderDraft:
         assert self.coder is not None
         self._check_budget()
         self._phase(n, "thinking", f"Coder ({self.coder.client.model})")
@@ -474,7 +477,7 @@ class Session:
             reply = await self.coder.repair(self.task.source, candidate_source=parent.candidate,
                                             result=parent.result, recommendation=recommendation,
                                             history=history, round=n)
-        return reply.to_dict()
+        return CoderDraft.from_dict(reply.to_dict())
 
     def _history(self, n: int) -> list[RoundNote]:
         notes = []
@@ -562,7 +565,7 @@ class Session:
             prog.failures = 0
             self._emit(Reverted(n, prog.best, f"{p.revert_after_failures} failed rounds in a row"))
 
-    def _replay_round(self, n: int, meta: dict[str, Any]) -> None:
+    def _replay_round(self, n: int, meta: RoundMeta) -> None:
         """Re-emit a finished round's stored steps (replayed=True) and restore the bookkeeping."""
         rec = self.store.load_round(n)
         self._emit(RoundStarted(n, rec.kind, rec.parent, replayed=True))  # type: ignore[arg-type]
@@ -581,7 +584,7 @@ class Session:
             self._emit(CandidateEvaluated(n, rec.result, replayed=True))
         if rec.profile is not None:
             self._emit(ProfileReady(n, rec.profile, rec.analysis, True))
-        saved = meta.get("progress")
+        saved = meta.progress
         if isinstance(saved, dict):
             for key, value in saved.items():
                 if hasattr(self.progress, key):
@@ -660,7 +663,7 @@ class Session:
     def _finish(self, reason: StopReason, message: str) -> SessionStopped:
         self._flush_calls()  # calls whose draft was not stored (a stop for a failure that repeats)
         status = "finished" if reason in ("max_rounds", "target_speedup", "plateau") else "stopped"
-        rounds_done = sum(1 for n in self.store.round_numbers() if (self.store.get(n, "round") or {}).get("finished"))
+        rounds_done = sum(1 for n in self.store.round_numbers() if (meta := self.store.round_meta(n)) and meta.finished)
         self.store.save_state(status=status, stop_reason=reason, stop_message=message,
                               best_round=self.progress.best, best_speedup=self.progress.best_speedup,
                               rounds_done=rounds_done, active_s=self.active_seconds, mode=self.mode)

@@ -7,6 +7,7 @@ Layout (schema 1):
     state.json            status (running | stopped | finished), stop reason, best round, active seconds
     calls.jsonl           every LLM call (prompt, reply, usage, cost), appended and fsynced as it ends
     rounds/NNN/round.json kind, parent, started/finished, summary
+(each file's record type is in engine/session/records.py)
     rounds/NNN/coder-K.json      the K-th Coder draft of the round (regenerate makes K+1)
     rounds/NNN/candidate.py      the approved (or edited) candidate; candidate.json says who wrote it
     rounds/NNN/eval.json         the EvalResult
@@ -28,7 +29,7 @@ import secrets
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,10 +40,19 @@ from cudaforge.engine.llm.types import CallRecord
 from cudaforge.engine.profiling.analysis import Analysis
 from cudaforge.engine.profiling.result import ProfileResult
 from cudaforge.engine.results import EvalResult
+from cudaforge.engine.session.records import (
+    SCHEMA_VERSION,
+    CandidateMeta,
+    CoderDraft,
+    GpuInfo,
+    JudgeDraft,
+    Manifest,
+    Recommendation,
+    RoundMeta,
+    State,
+    round_status,
+)
 from cudaforge.engine.task import Task
-
-SCHEMA_VERSION = 1
-
 
 _T = TypeVar("_T", ProfileResult, Analysis)
 
@@ -95,11 +105,7 @@ class RoundRecord:
 
     @property
     def outcome(self) -> str:
-        if self.result is not None:
-            return self.result.outcome
-        if self.coder_error:
-            return "no_candidate"
-        return "running" if not self.finished else "no_candidate"
+        return round_status(self.result, coder_error=self.coder_error, finished=self.finished)
 
     @property
     def speedup(self) -> float | None:
@@ -132,7 +138,7 @@ class RunStore:
     # ---- creation and opening -------------------------------------------------------------
     @classmethod
     def create(cls, root: str | Path, task: Task, *, config: dict[str, Any], mode: str,
-               gpu: dict[str, Any] | None = None, run_id: str | None = None) -> RunStore:
+               gpu: GpuInfo | None = None, run_id: str | None = None) -> RunStore:
         root = Path(root)
         run_id = run_id or make_run_id(task.name)
         path = root / run_id
@@ -142,11 +148,10 @@ class RunStore:
         store = cls(path)
         store.lock()
         atomic_write_text(path / "task.py", task.source)
-        atomic_write_json(path / "manifest.json", {
-            "schema": SCHEMA_VERSION, "run_id": run_id, "created": time.time(),
-            "task_path": str(task.path), "task_name": task.name, "task_sha256": task.sha256,
-            "mode": mode, "config": config, "gpu": gpu, "versions": environment_versions(),
-        })
+        atomic_write_json(path / "manifest.json", Manifest(
+            schema=SCHEMA_VERSION, run_id=run_id, created=time.time(), task_path=str(task.path), task_name=task.name,
+            task_sha256=task.sha256, mode=mode, config=config, gpu=gpu, versions=environment_versions(),
+        ).to_dict())
         store.save_state(status="running")
         return store
 
@@ -206,28 +211,36 @@ class RunStore:
     # ---- top-level files ----------------------------------------------------------------------
     @property
     def run_id(self) -> str:
-        return str(self.manifest.get("run_id", self.path.name))
+        return self.manifest.run_id or self.path.name
 
     @property
-    def manifest(self) -> dict[str, Any]:
-        return read_json(self.path / "manifest.json")
+    def manifest(self) -> Manifest:
+        return Manifest.from_dict(read_json(self.path / "manifest.json"))
 
     def task_copy(self) -> Path:
         return self.path / "task.py"
 
     @property
-    def state(self) -> dict[str, Any]:
+    def state(self) -> State:
         try:
-            return read_json(self.path / "state.json")
+            return State.from_dict(read_json(self.path / "state.json"))
         except (OSError, ValueError):
-            return {"status": "running"}
+            return State()
 
     def save_state(self, **values: Any) -> None:
+        """Update the named State fields; keys on disk this version does not know are kept."""
         self._writable()
-        state = self.state if (self.path / "state.json").exists() else {}
+        unknown = set(values) - State.keys()
+        if unknown:
+            raise TypeError(f"State has no field {', '.join(sorted(unknown))}")
+        path = self.path / "state.json"
+        try:
+            state = read_json(path) if path.exists() else {}
+        except (OSError, ValueError):
+            state = {}
         state.update(values)
         state["updated"] = time.time()
-        atomic_write_json(self.path / "state.json", state)
+        atomic_write_json(path, state)
 
     def append_call(self, record: CallRecord) -> None:
         """Append one call and fsync: a completed call is never lost (or repeated) after a crash."""
@@ -248,8 +261,9 @@ class RunStore:
                 if not path.stem.startswith(("coder-", "judge-")):
                     continue
                 with contextlib.suppress(OSError, ValueError):
-                    draft = read_json(path)
-                    for raw in (draft.get("reply") or draft).get("records") or []:
+                    raw_draft = read_json(path)
+                    draft = (CoderDraft if path.stem.startswith("coder-") else JudgeDraft).from_dict(raw_draft)
+                    for raw in draft.records:
                         if isinstance(raw, dict) and raw.get("call_id") and raw["call_id"] not in known:
                             with contextlib.suppress(TypeError, KeyError, ValueError):
                                 self.append_call(CallRecord.from_dict(raw))
@@ -291,22 +305,53 @@ class RunStore:
         self._writable()
         atomic_write_json(self.round_dir(n) / f"{name}.json", data)
 
-    def start_round(self, n: int, kind: str, parent: int | None) -> None:
-        if self.get(n, "round") is None:
-            self.put(n, "round", {"round": n, "kind": kind, "parent": parent, "started_at": time.time(),
-                                  "finished": False})
+    # ---- typed round records (engine/session/records.py) ---------------------------------------
+    def round_meta(self, n: int) -> RoundMeta | None:
+        """rounds/NNN/round.json, or None before the round started."""
+        data = self.get(n, "round")
+        return None if data is None else RoundMeta.from_dict({"round": n, **data})
 
-    def finish_round(self, n: int, summary: dict[str, Any]) -> None:
-        data = self.get(n, "round") or {"round": n}
-        data.update(summary)
-        data["finished"] = True
-        data["finished_at"] = time.time()
-        self.put(n, "round", data)
+    def put_round_meta(self, meta: RoundMeta) -> None:
+        self.put(meta.round, "round", meta.to_dict())
+
+    def start_round(self, n: int, kind: str, parent: int | None) -> None:
+        if self.round_meta(n) is None:
+            self.put_round_meta(RoundMeta(round=n, kind=kind, parent=parent, started_at=time.time()))
+
+    def finish_round(self, n: int, *, outcome: str, speedup: float | None, progress: dict[str, Any]) -> None:
+        meta = self.round_meta(n) or RoundMeta(round=n)
+        self.put_round_meta(replace(meta, outcome=outcome, speedup=speedup, progress=progress, finished=True,
+                                    finished_at=time.time()))
+
+    def coder_draft(self, n: int, k: int) -> CoderDraft | None:
+        data = self.get(n, f"coder-{k}")
+        return None if data is None else CoderDraft.from_dict(data)
+
+    def put_coder_draft(self, n: int, k: int, draft: CoderDraft) -> None:
+        self.put(n, f"coder-{k}", draft.to_dict())
+
+    def judge_draft(self, n: int, k: int) -> JudgeDraft | None:
+        data = self.get(n, f"judge-{k}")
+        return None if data is None else JudgeDraft.from_dict(data)
+
+    def put_judge_draft(self, n: int, k: int, draft: JudgeDraft) -> None:
+        self.put(n, f"judge-{k}", draft.to_dict())
+
+    def recommendation(self, n: int) -> Recommendation | None:
+        data = self.get(n, "recommendation")
+        return None if data is None else Recommendation.from_dict(data)
+
+    def put_recommendation(self, n: int, rec: Recommendation) -> None:
+        self.put(n, "recommendation", rec.to_dict())
+
+    def candidate_meta(self, n: int) -> CandidateMeta | None:
+        data = self.get(n, "candidate")
+        return None if data is None else CandidateMeta.from_dict(data)
 
     def put_candidate(self, n: int, source: str, *, format: str, origin: str, explanation: str = "") -> None:
         self._writable()
         atomic_write_text(self.round_dir(n) / "candidate.py", source)
-        self.put(n, "candidate", {"format": format, "origin": origin, "explanation": explanation})
+        self.put(n, "candidate", CandidateMeta(format=format, origin=origin, explanation=explanation).to_dict())
 
     def candidate(self, n: int) -> str | None:
         path = self.round_dir(n) / "candidate.py"
@@ -331,27 +376,26 @@ class RunStore:
         return _typed(ProfileResult, prof.get("profile")), _typed(Analysis, prof.get("analysis"))
 
     def load_round(self, n: int, calls: list[CallRecord] | None = None) -> RoundRecord:
-        meta = self.get(n, "round") or {}
-        cand = self.get(n, "candidate") or {}
+        meta = self.round_meta(n) or RoundMeta(round=n)
+        cand = self.candidate_meta(n) or CandidateMeta()
         ev = self.get(n, "eval")
-        rec = self.get(n, "recommendation") or {}
+        rec = self.recommendation(n) or Recommendation()
         drafts = sorted(self.round_dir(n).glob("coder-*.json"))
         coder_error = None
         if drafts and self.candidate(n) is None:
-            last = self.get(n, drafts[-1].stem) or {}
-            err = last.get("error")
-            coder_error = (err or {}).get("message") if isinstance(err, dict) else None
+            last = CoderDraft.from_dict(self.get(n, drafts[-1].stem) or {})
+            coder_error = last.error_message
         round_calls = [c for c in (calls if calls is not None else self.calls()) if c.round == n]
         profile, analysis = self.profile(n) or (None, None)
         return RoundRecord(
-            round=n, kind=str(meta.get("kind", "?")), parent=meta.get("parent"),
-            started_at=float(meta.get("started_at", 0.0)), finished=bool(meta.get("finished")),
-            candidate=self.candidate(n), format=cand.get("format"), origin=cand.get("origin"),
-            explanation=cand.get("explanation", ""), coder_error=coder_error,
+            round=n, kind=str(meta.kind), parent=meta.parent,
+            started_at=float(meta.started_at or 0.0), finished=bool(meta.finished),
+            candidate=self.candidate(n), format=cand.format, origin=cand.origin,
+            explanation=cand.explanation or "", coder_error=coder_error,
             result=EvalResult.from_dict(ev) if ev else None,
             profile=profile, analysis=analysis,
-            recommendation=rec.get("text"), judge_mode=rec.get("mode"), judge_source=rec.get("source"),
-            subject_round=rec.get("subject_round"), decisions=tuple(self.decisions(n)),
+            recommendation=rec.text, judge_mode=rec.mode, judge_source=rec.source,
+            subject_round=rec.subject_round, decisions=tuple(self.decisions(n)),
             coder_drafts=len(drafts), judge_drafts=len(list(self.round_dir(n).glob("judge-*.json"))),
             cost_usd=sum(c.cost_usd or 0.0 for c in round_calls),
             tokens=sum(c.usage.total_tokens for c in round_calls),
@@ -396,15 +440,15 @@ def summarize_run(path: Path) -> RunSummary:
     except (OSError, ValueError):
         return RunSummary(path.name, path, "?", "unreadable", 0, None, 0.0, 0.0)
     state = store.state
-    status = str(state.get("status", "running"))
+    status = state.status or "running"
     if status == "running" and not store.is_live():
         status = "interrupted"
     calls = store.calls()
     return RunSummary(
-        run_id=str(manifest.get("run_id", path.name)), path=path, task_name=str(manifest.get("task_name", "?")),
-        status=status, rounds=len(store.round_numbers()), best_speedup=state.get("best_speedup"),
-        cost_usd=sum(c.cost_usd or 0.0 for c in calls), created=float(manifest.get("created", 0.0)),
-        stop_reason=str(state.get("stop_reason") or ""), size_bytes=_folder_size(path),
+        run_id=manifest.run_id or path.name, path=path, task_name=manifest.task_name or "?",
+        status=status, rounds=len(store.round_numbers()), best_speedup=state.best_speedup,
+        cost_usd=sum(c.cost_usd or 0.0 for c in calls), created=float(manifest.created or 0.0),
+        stop_reason=str(state.stop_reason or ""), size_bytes=_folder_size(path),
     )
 
 

@@ -114,6 +114,11 @@ def oom_evidence(exc: BaseException) -> dict[str, Any]:
 CAP: dict[str, Any] = {}
 
 
+def cap_bytes(gpu_memory_gb: float | None) -> int | None:
+    """`[run] gpu_memory_gb` in bytes (GiB, as PyTorch counts); None when no cap is set."""
+    return int(float(gpu_memory_gb) * GIB) if gpu_memory_gb else None
+
+
 def apply_cap(job: EvalJob, device: Any) -> str:
     """Cap this process's device memory to `gpu_memory_gb` (PyTorch's per-process fraction).
 
@@ -126,7 +131,7 @@ def apply_cap(job: EvalJob, device: Any) -> str:
     import torch
 
     total = int(torch.cuda.mem_get_info(device)[1])
-    cap = min(int(float(gb) * GIB), total)
+    cap = min(cap_bytes(gb) or total, total)
     torch.cuda.set_per_process_memory_fraction(cap / total, device)
     CAP["bytes"] = cap
     return ""

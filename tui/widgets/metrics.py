@@ -5,8 +5,8 @@ that finding's severity; then the analyzer's ranked findings."""
 from __future__ import annotations
 
 from cudaforge.engine.profiling import MetricDeltas, ProfileResult, metric_deltas
-from cudaforge.engine.profiling.analysis import Analysis, KernelAnalysis
-from cudaforge.tui.format import SEVERITY_STYLE, VERDICT_STYLE, fmt_delta_pct, fmt_number
+from cudaforge.engine.profiling.analysis import Analysis, KernelAnalysis, fmt_number
+from cudaforge.tui.format import SEVERITY_STYLE, VERDICT_STYLE, fmt_delta_pct
 from cudaforge.tui.model import RoundView, RunModel
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -151,7 +151,7 @@ def render_metrics(current: ProfileResult | None, analysis: Analysis | None,
             d = kd.get(name)
             sev = evidence.get((k.short_name, used)) or evidence.get((k.short_name, name))
             style = SEVERITY_STYLE.get(sev, "") if sev else ""
-            table.add_row(Text(name, style=style), fmt_number(mv.value), mv.unit,
+            table.add_row(Text(name, style=style), fmt_number(mv.value, aligned=True), mv.unit,
                           _delta(d.current if d else None, d.previous if d else None),
                           _delta(d.current if d else None, d.best if d else None))
         parts.append(table)
@@ -161,7 +161,7 @@ def render_metrics(current: ProfileResult | None, analysis: Analysis | None,
         for col in ("metric", "value", "unit", f"Δ {labels[0]}", f"Δ {labels[1]}"):
             table.add_column(col, no_wrap=True)
         for d in total.deltas:
-            table.add_row(d.metric, fmt_number(d.current), d.unit, _delta(d.current, d.previous),
+            table.add_row(d.metric, fmt_number(d.current, aligned=True), d.unit, _delta(d.current, d.previous),
                           _delta(d.current, d.best))
         parts.append(table)
     if findings:
