@@ -52,3 +52,30 @@ def test_log_entries_say_what_the_session_log_shows() -> None:
         LogEntry("resume with: cudaforge-tui --resume /runs/r1"))
     broken = SessionStopped("error", "boom", None, None, 1, resumable=False)
     assert log_entries(broken, "/runs/r1") == (LogEntry("session stopped (error): boom", "warning"),)
+
+
+async def test_a_remapped_pane_key_opens_its_pane_and_the_old_key_no_longer_does(tmp_path: Path) -> None:
+    """[keymap] remaps the registry's generated `show_<name>` actions like any other (browsing a run)."""
+    from cudaforge.tui.cli import LaunchSpec
+    from cudaforge.tui.widgets.tabs import PaneTabs
+
+    cfg = tmp_path / "cudaforge.toml"
+    cfg.write_text('[keymap]\nshow_log = "f6"\nshow_metrics = "m"\n', encoding="utf-8")
+    app = WorkbenchApp(LaunchSpec(open_run=str(FIXTURE_RUN), config_file=str(cfg), use_user_config=False),
+                       system_stats=False, cwd=tmp_path)
+    async with app.run_test(size=(150, 44)) as pilot:
+        await pilot.pause()
+        strip = app.query_one(PaneTabs)
+        assert "f6 Log" in str(strip.content) and "m NCU" in str(strip.content)
+        await pilot.press("6")  # the default key of show_log, remapped away
+        await pilot.pause()
+        assert strip.active == "source"
+        await pilot.press("f6")
+        await pilot.pause()
+        assert strip.active == "log" and app.query_one("#log").display and not app.query_one("#source").display
+        await pilot.press("m")
+        await pilot.pause()
+        assert strip.active == "metrics" and app.focused is app.query_one("#metrics")
+        await pilot.press("1")  # an untouched pane key still works, and focuses its editor
+        await pilot.pause()
+        assert strip.active == "source" and app.focused is app.query_one("#source-editor")
