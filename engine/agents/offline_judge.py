@@ -17,7 +17,7 @@ from typing import Any
 from cudaforge.engine.agents.judge_reply import JudgeMode, JudgeReply
 from cudaforge.engine.agents.prompts import Prompt
 from cudaforge.engine.compiler_log import classify as classify_error
-from cudaforge.engine.compiler_log import first_error_text
+from cudaforge.engine.compiler_log import first_error_text, headline
 from cudaforge.engine.llm.types import CallRecord, LLMError
 from cudaforge.engine.profiling.analysis import DURATION, Analysis
 from cudaforge.engine.results import EvalResult, OutputCheck
@@ -111,7 +111,9 @@ def _correction(result: EvalResult) -> dict[str, Any]:
     outcome = result.outcome
     if outcome == "compile_error":
         log = result.compile.log if result.compile else ""
-        first = first_error_text(log) or result.message
+        # the worker's headline places the first diagnostic in the candidate; an older message may not
+        placed = result.message.startswith("compile error: line ")
+        first = result.message.removeprefix("compile error: ") if placed else headline(log) or result.message
         hint = (
             _hint_for(first)
             or _hint_for(log)
@@ -229,7 +231,7 @@ def _reply(mode: JudgeMode, fields: dict[str, Any]) -> JudgeReply:
 
 def _no_result(error_log: str) -> dict[str, Any]:
     """Correction fields when only an error log is at hand (no evaluation result)."""
-    first = first_error_text(error_log)
+    first = headline(error_log)
     hint = _hint_for(first or error_log) or "fix the first error in the log and change nothing else"
     return {
         "critical_issue": f"the first reported error is: {first or '(none found)'}",

@@ -48,6 +48,8 @@ def main(argv: list[str]) -> int:
         result.update(outcome=exc.outcome, message=exc.message, traceback=exc.tb)
         if exc.log:
             result.setdefault("compile", {})["log"] = exc.log
+        if exc.build_seconds is not None:
+            result.setdefault("compile", {})["seconds"] = exc.build_seconds
     except Exception as exc:  # the worker must always report
         from cudaforge.engine.worker import memory
 

@@ -9,6 +9,10 @@ class TaskFailure(Exception):
 
 
 class CandidateFailure(Exception):
-    def __init__(self, outcome: str, message: str, log: str = "", tb: str = "") -> None:
+    """The candidate failed in a classified way; a failed build carries its log and its own duration."""
+
+    def __init__(self, outcome: str, message: str, log: str = "", tb: str = "",
+                 build_seconds: float | None = None) -> None:
         super().__init__(message)
         self.outcome, self.message, self.log, self.tb = outcome, message, log, tb
+        self.build_seconds = build_seconds
