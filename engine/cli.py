@@ -169,7 +169,7 @@ async def _cmd_eval(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(), indent=2))
         _eprint(result.message)
     else:
-        print(format_result(result))
+        print(format_result(result, debug=bool(getattr(args, "debug", False))))
     return exit_code_for(result)
 
 

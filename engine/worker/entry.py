@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from cudaforge.engine.worker.failures import CandidateFailure, TaskFailure
+from cudaforge.engine.worker.failures import CandidateFailure, TaskFailure, with_task_frame
 from cudaforge.engine.worker.harness import (
     current_phase,
     phase,
@@ -43,7 +43,8 @@ def main(argv: list[str]) -> int:
         else:
             pipeline.evaluate(job, result)
     except TaskFailure as exc:
-        result.update(outcome="task_error", message=str(exc), traceback=traceback.format_exc(limit=8))
+        result.update(outcome="task_error", message=with_task_frame(str(exc), exc.__cause__, job.task_path),
+                      traceback=traceback.format_exc())
     except CandidateFailure as exc:
         result.update(outcome=exc.outcome, message=exc.message, traceback=exc.tb)
         if exc.log:
