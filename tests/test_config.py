@@ -80,3 +80,51 @@ def test_save_value_keeps_comments(tmp_path: Path) -> None:
     assert read_toml(path)["eval"]["trials"] == 9
     with pytest.raises(ConfigError, match="unknown key"):
         save_value(path, "eval", "trails", 9)
+
+
+def _keys_in_file(text: str) -> dict[str, set[str]]:
+    """Section -> the keys the file names, set or commented out ("# key = ...")."""
+    import re
+
+    out: dict[str, set[str]] = {}
+    section = ""
+    for line in text.splitlines():
+        head = re.match(r"^\[(\w+)\]", line)
+        if head:
+            section = head.group(1)
+            out[section] = set()
+            continue
+        key = re.match(r"^#?\s?(\w+)\s*=", line)
+        if key and section:
+            out[section].add(key.group(1))
+    return out
+
+
+def test_shipped_file_names_every_key_the_schema_knows() -> None:
+    from cudaforge.engine.config import DELEGATED, SCHEMA
+    from cudaforge.engine.llm import LLMSettings
+    from cudaforge.engine.profiling.settings import NcuSettings
+
+    named = _keys_in_file((REPO / "cudaforge.toml").read_text())
+    known = {section: set(keys) for section, keys in SCHEMA.items() if section != "keymap"}
+    known |= {"coder": set(LLMSettings.keys()), "judge": set(LLMSettings.keys()),
+              "ncu": {f for f in NcuSettings.__dataclass_fields__}}
+    assert set(DELEGATED) <= set(named)
+    for section, keys in known.items():
+        assert section in named, f"[{section}] is missing from cudaforge.toml"
+        assert keys == named[section], (section, keys ^ named[section])
+
+
+@pytest.mark.parametrize(("text", "hint"), [
+    ("[eval]\ntrails = 3\n", "[eval] unknown key 'trails' (did you mean 'trials'?)"),
+    ("[timing]\nwarmpu = 3\n", "(did you mean 'warmup'?)"),
+    ("[sesion]\nrounds = 3\n", "unknown section [sesion] (did you mean 'session'?)"),
+    ("[ncu]\nenable = true\n", "[ncu] unknown key 'enable' (did you mean 'enabled'?)"),
+    ("[judge]\nmodle = 'x'\n", "(did you mean 'model'?)"),
+])
+def test_misspelt_keys_get_a_did_you_mean_in_every_section(tmp_path: Path, text: str, hint: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path, cwd=tmp_path, use_user_config=False)
+    assert hint in err.value.message and str(path) in err.value.message
