@@ -200,12 +200,14 @@ def provider_notice(settings: LLMSettings, *, role: str) -> str:
     if settings.provider == "heuristic":
         return f"{role}: offline heuristic Judge; nothing is sent anywhere."
     url = settings.resolved_base_url
-    if settings.provider == "openai":
-        who = "OpenAI"
-    elif settings.provider == "anthropic":
-        who = "Anthropic"
-    elif is_loopback_url(url):
-        who = "a local OpenAI-compatible server on this machine"
+    host = urlsplit(url).hostname or url
+    api = "Anthropic" if settings.provider == "anthropic" else "OpenAI"
+    if is_loopback_url(url):  # by the base URL's host, whatever the provider is called
+        who = f"a local {api}-compatible server on this machine at {host}"
+    elif settings.provider in ("openai", "anthropic") and url.rstrip("/") == DEFAULT_BASE_URLS[settings.provider]:
+        who = api
+    elif settings.provider in ("openai", "anthropic"):
+        who = f"a server at {host} (speaking {api}'s API)"
     else:
         who = "an OpenAI-compatible server"
     return f"{role}: the task and kernel source will be sent to {who} ({url}), model {settings.model}."
