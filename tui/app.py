@@ -216,7 +216,8 @@ class WorkbenchApp(App[int]):
         m.gpu_name = str(gpu.get("name") or ("CPU" if gpu.get("device") == "cpu" else ""))
         m.load_records(records)
         m.current_round = m.latest()
-        m.dollars = sum(r.cost_usd for r in records)
+        m.dollars = sum(r.cost_usd or 0.0 for r in records)
+        m.cost_known = all(r.cost_usd is not None for r in records)
         m.tokens = sum(r.tokens for r in records)
         self.selected = m.latest()
         self._log(f"opened {path} read-only: {len(records)} round(s), status {state.get('status', '?')}"

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 from cudaforge.engine import __version__
 from cudaforge.engine.errors import UsageError
 from cudaforge.engine.fsutil import atomic_write_json, atomic_write_text, read_json
-from cudaforge.engine.llm.types import CallRecord
+from cudaforge.engine.llm.types import CallRecord, known_cost
 from cudaforge.engine.profiling.analysis import Analysis
 from cudaforge.engine.profiling.result import ProfileResult
 from cudaforge.engine.results import EvalResult
@@ -90,7 +90,7 @@ class RoundRecord:
     decisions: tuple[dict[str, Any], ...] = ()
     coder_drafts: int = 0
     judge_drafts: int = 0
-    cost_usd: float = 0.0
+    cost_usd: float | None = 0.0  # None: a call of the round has no price (unknown, not free)
     tokens: int = 0
 
     @property
@@ -114,7 +114,7 @@ class RunSummary:
     status: str  # running | interrupted | stopped | finished | unreadable
     rounds: int
     best_speedup: float | None
-    cost_usd: float
+    cost_usd: float | None  # None: some call has no price (unknown, not free)
     created: float
     stop_reason: str = ""
     size_bytes: int = 0
@@ -353,7 +353,7 @@ class RunStore:
             recommendation=rec.get("text"), judge_mode=rec.get("mode"), judge_source=rec.get("source"),
             subject_round=rec.get("subject_round"), decisions=tuple(self.decisions(n)),
             coder_drafts=len(drafts), judge_drafts=len(list(self.round_dir(n).glob("judge-*.json"))),
-            cost_usd=sum(c.cost_usd or 0.0 for c in round_calls),
+            cost_usd=known_cost(round_calls),
             tokens=sum(c.usage.total_tokens for c in round_calls),
         )
 
@@ -403,7 +403,7 @@ def summarize_run(path: Path) -> RunSummary:
     return RunSummary(
         run_id=str(manifest.get("run_id", path.name)), path=path, task_name=str(manifest.get("task_name", "?")),
         status=status, rounds=len(store.round_numbers()), best_speedup=state.get("best_speedup"),
-        cost_usd=sum(c.cost_usd or 0.0 for c in calls), created=float(manifest.get("created", 0.0)),
+        cost_usd=known_cost(calls), created=float(manifest.get("created", 0.0)),
         stop_reason=str(state.get("stop_reason") or ""), size_bytes=_folder_size(path),
     )
 
