@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 ERROR = re.compile(r"(\berror\b|\bError\b|FAILED|Traceback)", re.IGNORECASE)  # colours a pane's lines
 _AN_ERROR = re.compile(r"\berror\b", re.IGNORECASE)  # a line that states an error (the first one is "the" error)
@@ -153,9 +153,11 @@ def first_error(log: str, candidate: str = "") -> CompilerError | None:
     else its last line (Python tracebacks end there)."""
     lines = log.splitlines()
     errors = [d for d in diagnostics(log) if d.severity == "error"]
-    if errors:
-        err = _error_at(lines, errors[0].log_index, candidate)
-        return replace(err, diagnostic=errors[0])
+    if errors:  # placed by its own line and excerpt only, so the line always belongs to the message
+        first = errors[0]
+        kind, hint = _classify_at(lines, first.log_index)
+        line = _candidate_line(lines, first.log_index, candidate) if candidate else None
+        return CompilerError(first.text[:MAX_CHARS], line, kind, hint, first)
     for i, line in enumerate(lines):
         if is_error_line(line):
             return _error_at(lines, i, candidate)
@@ -187,11 +189,17 @@ def classify(text: str) -> tuple[str, str | None]:
     return "other", None
 
 
-def _error_at(lines: list[str], i: int, candidate: str) -> CompilerError:
-    text = lines[i].strip()[:MAX_CHARS]
-    kind, hint = classify(text)
+def _classify_at(lines: list[str], i: int) -> tuple[str, str | None]:
+    """The class of the error at lines[i]: by its own line, else by the few lines after it."""
+    kind, hint = classify(lines[i])
     if kind == "other":
         kind, hint = classify("\n".join(lines[i:i + 6]))
+    return kind, hint
+
+
+def _error_at(lines: list[str], i: int, candidate: str) -> CompilerError:
+    text = lines[i].strip()[:MAX_CHARS]
+    kind, hint = _classify_at(lines, i)
     line = None
     if candidate:  # the first error that can be placed (an error may be the compiler's summary line)
         for k in range(i, len(lines)):
