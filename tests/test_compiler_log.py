@@ -113,3 +113,13 @@ def test_nvcc_nvrtc_and_ptxas_diagnostics() -> None:
 def test_a_wrapper_line_alone_is_not_the_error() -> None:
     log = "Error building extension 'x': [1/2] c++ -c main.cpp\nRuntimeError: the linker failed"
     assert first_error_text(log) == "RuntimeError: the linker failed"
+
+
+def test_the_line_belongs_to_the_first_error_itself() -> None:
+    candidate = "import torch\ncpp = '''\nint f(int x) {\n  return y * 2;\n}\n'''\n"
+    log = ("ptxas error   : Entry function 'k' uses too much shared data\n"
+           "main.cpp:3:10: error: 'y' was not declared in this scope\n"
+           "    3 |   return y * 2;\n")
+    err = first_error(log, candidate)
+    assert err is not None and err.text.startswith("ptxas error") and err.line is None
+    assert err.headline.startswith("ptxas error") and err.kind == "shared_memory"
