@@ -216,6 +216,8 @@ def _candidate_line(lines: list[str], i: int, candidate: str) -> int | None:
     line number inside the candidate's first multi-line string (NVRTC and nvcc print no excerpt)."""
     cand_lines = candidate.splitlines()
     for follow in lines[i + 1:i + 4]:
+        if _diagnostic(follow, 0) is not None:
+            break  # the next diagnostic's excerpt is not this one's
         m = _SNIPPET.match(follow)
         if m and m.group(2).strip():
             text = m.group(2).rstrip()
