@@ -153,7 +153,7 @@ async def _cmd_eval(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(), indent=2))
         _eprint(result.message)
     else:
-        print(format_result(result))
+        print(format_result(result, debug=bool(getattr(args, "debug", False))))
     return exit_code_for(result)
 
 
@@ -220,7 +220,7 @@ async def _cmd_doctor(args: argparse.Namespace) -> int:
         from cudaforge.engine.llm import LLMSettings
 
         s = LLMSettings.from_table(table, section=role, source="config")
-        endpoints.append((role, s.resolved_base_url, s.resolved_key_env, s.provider))
+        endpoints.append((role, s.resolved_base_url, s.resolved_key_env, s.provider, s.model))
     checks = await asyncio.to_thread(run_doctor, device=config.get("eval", "device"),
                                      gpu_index=config.get("eval", "gpu"), ncu_settings=_ncu_settings(config),
                                      endpoints=endpoints)
@@ -350,7 +350,7 @@ async def _cmd_resume(args: argparse.Namespace) -> int:
     # Flags given now override the run's stored config; everything else stays as the run started.
     overrides = {k: v for k, v in _overrides(args).items() if v is not None}
     if Batch.is_batch(args.run_dir):
-        return await _finish_batch(args, Batch.open(args.run_dir), overrides)
+        return await _resume_batch(args, Batch.open(args.run_dir), overrides)
     mode = overrides.get("session.mode")
     if mode is None and Path(args.run_dir, "state.json").is_file():
         mode = RunStore(Path(args.run_dir), read_only=True).state.mode or None
@@ -358,6 +358,26 @@ async def _cmd_resume(args: argparse.Namespace) -> int:
                              driver=_driver_for(mode or "review") if mode != "auto" else None,
                              on_event=ProgressDisplay(), mode=mode)
     return await _drive(session, args)
+
+
+async def _resume_batch(args: argparse.Namespace, batch: Any, overrides: dict[str, Any]) -> int:
+    """Resume a batch: its unfinished tasks, and with --rounds N every run with fewer rounds; when nothing
+    is left to run, say why for each task (and with --rounds, that is bad input: exit 2)."""
+    from cudaforge.engine.session.batch import rows_to_run
+
+    rounds = overrides.get("session.rounds")
+    todo, why_not = rows_to_run(batch, rounds)
+    if not todo:
+        _eprint(f"cudaforge: nothing to resume in {batch.path}:")
+        for line in why_not:
+            _eprint(f"  {line}")
+        if rounds is not None:
+            return EXIT_BAD_INPUT
+    else:
+        extended = [r for r in todo if r.status == "done"]
+        if extended:
+            _eprint(f"extending {len(extended)} finished run(s) to {rounds} rounds")
+    return await _finish_batch(args, batch, overrides)
 
 
 async def _cmd_export(args: argparse.Namespace) -> int:
@@ -371,6 +391,8 @@ async def _cmd_export(args: argparse.Namespace) -> int:
 
 async def _cmd_runs(args: argparse.Namespace) -> int:
     from cudaforge.engine.evaluation.evaluator import default_cache_dir
+    from cudaforge.engine.llm.prices import format_cost
+    from cudaforge.engine.session.batch import list_batches, prune_batches
     from cudaforge.engine.session.store import list_runs, prune_cache, prune_runs
 
     config = load_config(args.config, {"run.folder": args.runs})
@@ -379,7 +401,8 @@ async def _cmd_runs(args: argparse.Namespace) -> int:
     if args.prune:
         if args.keep is None and args.older_than is None:
             raise UsageError("--prune needs --keep N or --older-than DAYS")
-        removed = [str(p) for p in prune_runs(root, keep=args.keep, older_than_days=args.older_than,
+        for prune in (prune_runs, prune_batches):  # a batch is pruned whole, by the same rule as a run
+            removed += [str(p) for p in prune(root, keep=args.keep, older_than_days=args.older_than,
                                               dry_run=args.dry_run)]
     cache_freed = None
     if args.prune_cache is not None:
@@ -387,27 +410,45 @@ async def _cmd_runs(args: argparse.Namespace) -> int:
         cache_dir = Path(cache).expanduser() if cache else default_cache_dir()
         cache_freed = prune_cache(cache_dir, older_than_days=args.prune_cache, dry_run=args.dry_run)
     runs = list_runs(root)
+    batches = list_batches(root)
     if args.json:
-        print(json.dumps({"runs": [{"run_id": r.run_id, "path": str(r.path), "task": r.task_name, "status": r.status,
-                                    "rounds": r.rounds, "best_speedup": r.best_speedup, "cost_usd": r.cost_usd,
-                                    "created": r.created, "stop_reason": r.stop_reason, "bytes": r.size_bytes}
-                                   for r in runs], "removed": removed,
-                          "cache_pruned": list(cache_freed) if cache_freed else None}, indent=2))
+        print(json.dumps({"runs": [_run_json(r) for r in runs],
+                          "batches": [{"path": str(b.path), "created": b.created, "tasks": b.tasks, "done": b.done,
+                                       "cost_usd": b.dollars, "runs": [_run_json(r) for r in b.runs]}
+                                      for b in batches],
+                          "removed": removed, "cache_pruned": list(cache_freed) if cache_freed else None}, indent=2))
         return EXIT_OK
     verb = "would remove" if args.dry_run else "removed"
     for p in removed:
         print(f"{verb} {p}")
     if cache_freed is not None:
         print(f"cache: {verb} {cache_freed[0]} entries, {cache_freed[1] / 2**20:.1f} MiB")
-    if not runs:
+    if not runs and not batches:
         print(f"no runs in {root}")
         return EXIT_OK
     print(f"{'run':<44} {'task':<20} {'status':<12} {'rounds':>6} {'best':>7} {'cost':>8} {'size':>8}")
     for r in runs:
-        best = f"{r.best_speedup:.2f}x" if r.best_speedup is not None else "-"
-        print(f"{r.run_id:<44.44} {r.task_name:<20.20} {r.status:<12} {r.rounds:>6} {best:>7} ${r.cost_usd:>7.3f} "
-              f"{r.size_bytes / 2**20:>6.1f}MB")
+        print(_run_line(r))
+    for b in batches:
+        print(f"{b.path.name}/  batch: {b.done}/{b.tasks} tasks done, {len(b.runs)} runs, cost {format_cost(b.dollars)}")
+        for r in b.runs:
+            print(_run_line(r, indent="  "))
     return EXIT_OK
+
+
+def _run_json(r: Any) -> dict[str, Any]:
+    return {"run_id": r.run_id, "path": str(r.path), "task": r.task_name, "status": r.status, "rounds": r.rounds,
+            "best_speedup": r.best_speedup, "cost_usd": r.cost_usd, "created": r.created,
+            "stop_reason": r.stop_reason, "bytes": r.size_bytes}
+
+
+def _run_line(r: Any, indent: str = "") -> str:
+    """One row of the `cudaforge runs` table (a cost nobody priced is "?", never $0)."""
+    from cudaforge.engine.llm.prices import format_cost
+
+    best = f"{r.best_speedup:.2f}x" if r.best_speedup is not None else "-"
+    return (f"{indent + r.run_id:<44.44} {r.task_name:<20.20} {r.status:<12} {r.rounds:>6} {best:>7} "
+            f"{format_cost(r.cost_usd):>8} {r.size_bytes / 2**20:>6.1f}MB")
 
 
 COMMANDS = {"eval": _cmd_eval, "profile": _cmd_profile, "doctor": _cmd_doctor, "run": _cmd_run,

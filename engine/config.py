@@ -15,7 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from cudaforge.engine.errors import ConfigError
+from cudaforge.engine.errors import ConfigError, did_you_mean
 from cudaforge.engine.integrity.registry import POLICIES, unknown_names
 
 CONFIG_NAME = "cudaforge.toml"
@@ -218,7 +218,7 @@ def merge_layer(data: dict[str, dict[str, Any]], sources: dict[str, str], layer:
                 source: str) -> None:
     for section, table in layer.items():
         if section not in SCHEMA and section not in DELEGATED:
-            raise ConfigError(f"{source}: unknown section [{section}]")
+            raise ConfigError(f"{source}: unknown section [{section}]{did_you_mean(section, [*SCHEMA, *DELEGATED])}")
         if not isinstance(table, Mapping):
             raise ConfigError(f"{source}: [{section}] must be a table")
         for key, value in table.items():
@@ -227,7 +227,7 @@ def merge_layer(data: dict[str, dict[str, Any]], sources: dict[str, str], layer:
                     raise ConfigError(f"{source}: [keymap] {key} must be a key name string")
                 data[section][key] = value
             elif key not in SCHEMA[section]:
-                raise ConfigError(f"{source}: [{section}] unknown key '{key}'")
+                raise ConfigError(f"{source}: [{section}] unknown key '{key}'{did_you_mean(key, SCHEMA[section])}")
             else:
                 data[section][key] = validate_value(section, key, value, source)
             sources[f"{section}.{key}"] = source
@@ -312,7 +312,7 @@ def save_value(path: Path, section: str, key: str, value: Any) -> None:
 
     if section in SCHEMA and section != "keymap":
         if key not in SCHEMA[section]:
-            raise ConfigError(f"{path}: [{section}] unknown key '{key}'")
+            raise ConfigError(f"{path}: [{section}] unknown key '{key}'{did_you_mean(key, SCHEMA[section])}")
         value = validate_value(section, key, value, str(path))
     doc = tomlkit.parse(path.read_text(encoding="utf-8")) if path.exists() else tomlkit.document()
     if section not in doc:

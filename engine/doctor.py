@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from cudaforge.engine.errors import did_you_mean
 from cudaforge.engine.gpu.specs import (
     GpuSpec,
     compare_with_properties,
@@ -62,7 +63,8 @@ class CommandResult:
 
 CommandRunner = Callable[[Sequence[str], float], CommandResult]
 HttpGet = Callable[[str, Mapping[str, str], float], tuple[int, bytes]]
-Endpoint = tuple[str, str, str] | tuple[str, str, str, str]  # (name, base_url, api_key_env[, provider])
+# (name, base_url, api_key_env[, provider[, model]]): with a model, the endpoint must list it
+Endpoint = tuple[str, str, str] | tuple[str, str, str, str] | tuple[str, str, str, str, str]
 
 
 def run_command(argv: Sequence[str], timeout_s: float) -> CommandResult:
@@ -232,6 +234,19 @@ def check_nvcc(
     return Check("nvcc", "pass", f"nvcc {release} at {path}")
 
 
+def check_cpu_toolchain(which: Callable[[str], str | None], env: Mapping[str, str]) -> list[Check]:
+    """The CPU device builds `cpu` candidates with load_inline: a C++ compiler and ninja must be there."""
+    compiler = next((p for p in (env.get("CXX"), "c++", "g++", "clang++") if p and which(p)), None)
+    checks = [Check("c++", "pass", f"C++ compiler {which(compiler)}") if compiler else
+              Check("c++", "fail", "no C++ compiler found (c++, g++, clang++ or $CXX)",
+                    "install one (e.g. apt install g++): `cpu` candidates are built with it")]
+    ninja = which("ninja")
+    checks.append(Check("ninja", "pass", f"ninja {ninja}") if ninja else
+                  Check("ninja", "fail", "ninja not found (torch's load_inline builds with it)",
+                        "pip install ninja (or apt install ninja-build)"))
+    return checks
+
+
 def check_ncu(settings: NcuSettings, which: Callable[[str], str | None], run: CommandRunner) -> Check:
     """ncu present and runnable (profiling is optional: absent ncu is a failure only when enabled)."""
     if not settings.enabled:
@@ -364,6 +379,7 @@ def check_endpoint(endpoint: Endpoint, env: Mapping[str, str], get: HttpGet, tim
     The key is sent only in the request header and never appears in the result."""
     name, base_url, key_env = endpoint[0], endpoint[1], endpoint[2]
     provider = endpoint[3] if len(endpoint) > 3 else ("anthropic" if "anthropic" in base_url else "openai")  # type: ignore[misc]
+    model = endpoint[4] if len(endpoint) > 4 else ""  # type: ignore[misc]
     check_name = f"llm:{name}"
     headers = {"User-Agent": "cudaforge-doctor"}
     if key_env:
@@ -393,14 +409,22 @@ def check_endpoint(endpoint: Endpoint, env: Mapping[str, str], get: HttpGet, tim
         )
     if status == 200:
         count = ""
+        listed: list[str] | None = None
         try:
             data = json.loads(body.decode("utf-8", errors="replace") or "{}")
             models = data.get("data") if isinstance(data, dict) else None
             if isinstance(models, list):
                 count = f", {len(models)} model(s) listed"
+                listed = [str(m.get("id")) for m in models if isinstance(m, dict) and m.get("id")]
         except json.JSONDecodeError:
             pass
-        return Check(check_name, "pass", f"{url} answered{count}")
+        if model and listed is not None and model not in listed:
+            return Check(check_name, "fail", f"{url} answered, but model '{model}' is not among the "
+                                             f"{len(listed)} it lists{did_you_mean(model, listed)}",
+                         f"set [{name}] model to one of: {', '.join(sorted(listed)[:8])}"
+                         + (" ..." if len(listed) > 8 else ""))
+        return Check(check_name, "pass", f"{url} answered{count}" + (f", '{model}' among them" if model and listed
+                                                                     else ""))
     if status in (401, 403):
         return Check(
             check_name,
@@ -458,6 +482,8 @@ def run_doctor(
         checks.append(check_counter_permission(read_text, euid, settings))
         if profile_run is not None:
             checks.append(check_profile_run(profile_run))
+    else:
+        checks.extend(check_cpu_toolchain(which, env))
     gp_check, _ = check_gpu_spec(smi, torch_info, device)
     checks.append(gp_check)
     for endpoint in endpoints:

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 EXIT_OK = 0
 EXIT_NOT_ACCEPTED = 1
 EXIT_BAD_INPUT = 2
 EXIT_UNAVAILABLE = 3
 EXIT_INTERRUPTED = 130
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """" (did you mean 'x'?)" for the closest known name, '' when none is close: every unknown config key
+    and section says it the same way."""
+    hint = difflib.get_close_matches(str(word), list(choices), n=1)
+    return f" (did you mean '{hint[0]}'?)" if hint else ""
 
 
 class CudaforgeError(Exception):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+
 from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult, Memory, TimingStats
 
 TICK, CROSS = "PASS", "FAIL"
@@ -11,7 +14,36 @@ def _ms(t: TimingStats) -> str:
     return f"{t.median_ms * 1e3:9.1f} µs  (IQR {t.iqr_ms * 1e3:.1f} µs, {t.trials} trials)"
 
 
-def format_result(r: EvalResult, *, log_lines: int = 40) -> str:
+def user_traceback(tb: str, task_path: str) -> list[str]:
+    """A task error's traceback cut to the user's own frames (those in the task file) and the exception
+    line, from the last chained exception that passed through the task: what a task author needs,
+    without our worker's frames (`--debug` shows the whole)."""
+    name = os.path.realpath(task_path)
+    best: list[str] = []
+    out: list[str] = []
+    keep = False
+    for line in tb.strip().splitlines() + ["Traceback"]:
+        m = _FRAME.match(line)
+        if m:
+            keep = os.path.realpath(m.group(1)) == name
+        elif not line.startswith(" "):  # "Traceback ...", "The above exception ...", the exception itself
+            keep = False
+            if line.startswith("Traceback"):
+                if any(_FRAME.match(x) for x in out):
+                    best = out
+                out = []
+            elif line.strip() and not line.startswith(("The above", "During handling", "cudaforge.")):
+                out.append(line)
+            continue
+        if keep:
+            out.append(line)
+    return best
+
+
+_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+')
+
+
+def format_result(r: EvalResult, *, log_lines: int = 40, debug: bool = False) -> str:
     lines = [f"{'ACCEPTED' if r.accepted else 'NOT ACCEPTED'}: {r.outcome} — {r.message}"]
     lines.append(f"  task {r.task_path}  format {r.format}  device {r.device}{'  ' + r.gpu_name if r.gpu_name else ''}")
     if r.compile is not None:
@@ -64,7 +96,12 @@ def format_result(r: EvalResult, *, log_lines: int = 40) -> str:
     if r.exit is not None and r.exit.reason != "ok":
         lines.append(f"worker: {r.exit.reason} (code {r.exit.returncode}, signal {r.exit.signal}, "
                      f"phase '{r.exit.phase}', {r.exit.seconds:.1f} s)")
-    if r.traceback and r.outcome in ("runtime_error", "cuda_error", "oom", "task_error"):
+    if r.traceback and r.outcome == "task_error" and not debug:
+        own = user_traceback(r.traceback, r.task_path)
+        if own:
+            lines.append("in your task (--debug shows the whole traceback):")
+            lines += ["  " + x for x in own[-12:]]
+    elif r.traceback and r.outcome in ("runtime_error", "cuda_error", "oom", "task_error"):
         lines.append("traceback (last lines):")
         lines += ["  " + x for x in r.traceback.strip().splitlines()[-12:]]
     if not r.accepted and r.stderr_tail.strip() and r.outcome in ("crash", "cuda_error", "timeout"):

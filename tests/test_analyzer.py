@@ -328,3 +328,24 @@ def test_analysis_round_trips_through_its_dict(analysis: Analysis) -> None:
     assert back == analysis
     assert back.to_dict() == data
     assert back.findings[0].evidence[0].describe() == analysis.findings[0].evidence[0].describe()
+
+
+def test_offline_advice_follows_the_device() -> None:
+    from cudaforge.engine.agents.offline_judge import NO_PROFILE
+
+    no_profile = Analysis(gpu="cpu", profile_ok=False, profile_message=NO_PROFILE)
+    gpu_words = ("SM", "coalesced", "__syncthreads", "warp", "GPU", "blocks per")
+    cpu = OfflineJudge().recommend(no_profile, _eval(format="cpu", device="cpu"))
+    text = cpu.as_text()
+    assert "parallel_for" in text and "vectorize" in text
+    assert not any(word in text for word in gpu_words), text
+    partly = OutputCheck(index=0, passed=False, shape_expected=(1000,), shape_got=(1000,), dtype_expected="float32",
+                         dtype_got="float32", max_abs_err=3.0, max_rel_err=1.0, mismatches=400, numel=1000)
+    wrong = OfflineJudge().recommend(no_profile, replace(_wrong(partly), format="cpu", device="cpu")).as_text()
+    assert "parallel_for" in wrong and "__syncthreads" not in wrong
+    slow = OfflineJudge().recommend(no_profile, _eval(outcome="timeout", accepted=False, device="cpu")).as_text()
+    assert "__syncthreads" not in slow and "GPU" not in slow
+    # on the GPU the same cases keep their GPU advice
+    gpu = OfflineJudge().recommend(Analysis(gpu="H200", profile_ok=False, profile_message="no counters"), _eval())
+    assert "coalesced" in gpu.as_text()
+    assert "__syncthreads" in OfflineJudge().recommend(no_profile, _wrong(partly)).as_text()

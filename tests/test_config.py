@@ -55,6 +55,12 @@ def test_layers_later_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
         ("[integrity]\npolicy = { no_custom_kernel = 'maybe' }\n", "policy.no_custom_kernel must be one of"),
         ("[integrity]\npolicy = { side_steam = 'fail' }\n", "[integrity] policy: unknown finding 'side_steam'"),
         ("[eval\n", "invalid TOML"),
+        # a misspelt key or section gets a "did you mean" in every section
+        ("[eval]\ntrails = 3\n", "[eval] unknown key 'trails' (did you mean 'trials'?)"),
+        ("[timing]\nwarmpu = 3\n", "[timing] unknown key 'warmpu' (did you mean 'warmup'?)"),
+        ("[sesion]\nrounds = 3\n", "unknown section [sesion] (did you mean 'session'?)"),
+        ("[ncu]\nenable = true\n", "[ncu] unknown key 'enable' (did you mean 'enabled'?)"),
+        ("[judge]\nmodle = 'x'\n", "[judge] unknown key 'modle' (did you mean 'model'?)"),
     ],
 )
 def test_bad_config_names_file_and_key(tmp_path: Path, text: str, message: str) -> None:
@@ -80,3 +86,36 @@ def test_save_value_keeps_comments(tmp_path: Path) -> None:
     assert read_toml(path)["eval"]["trials"] == 9
     with pytest.raises(ConfigError, match="unknown key"):
         save_value(path, "eval", "trails", 9)
+
+
+def _keys_in_file(text: str) -> dict[str, set[str]]:
+    """Section -> the keys the file names, set or commented out ("# key = ...")."""
+    import re
+
+    out: dict[str, set[str]] = {}
+    section = ""
+    for line in text.splitlines():
+        head = re.match(r"^\[(\w+)\]", line)
+        if head:
+            section = head.group(1)
+            out[section] = set()
+            continue
+        key = re.match(r"^#?\s?(\w+)\s*=", line)
+        if key and section:
+            out[section].add(key.group(1))
+    return out
+
+
+def test_shipped_file_names_every_key_the_schema_knows() -> None:
+    from cudaforge.engine.config import DELEGATED, SCHEMA
+    from cudaforge.engine.llm import LLMSettings
+    from cudaforge.engine.profiling.settings import NcuSettings
+
+    named = _keys_in_file((REPO / "cudaforge.toml").read_text())
+    known = {section: set(keys) for section, keys in SCHEMA.items() if section != "keymap"}
+    known |= {"coder": set(LLMSettings.keys()), "judge": set(LLMSettings.keys()),
+              "ncu": {f for f in NcuSettings.__dataclass_fields__}}
+    assert set(DELEGATED) <= set(named)
+    for section, keys in known.items():
+        assert section in named, f"[{section}] is missing from cudaforge.toml"
+        assert keys == named[section], (section, keys ^ named[section])

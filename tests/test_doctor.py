@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
@@ -279,18 +279,47 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-def test_real_urllib_against_a_local_server() -> None:
+@pytest.fixture
+def models_server() -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 listing one model; yields its base URL."""
     server = HTTPServer(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        base = f"http://127.0.0.1:{server.server_port}/v1"
-        good = check_endpoint(("coder", base, "K"), {"K": SECRET}, http_get)
-        assert good.status == "pass" and "1 model(s)" in good.detail
-        bad = check_endpoint(("coder", base, "K"), {"K": "wrong"}, http_get)
-        assert bad.status == "fail" and "HTTP 401" in bad.detail
+        yield f"http://127.0.0.1:{server.server_port}/v1"
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_real_urllib_against_a_local_server(models_server: str) -> None:
+    good = check_endpoint(("coder", models_server, "K"), {"K": SECRET}, http_get)
+    assert good.status == "pass" and "1 model(s)" in good.detail
+    bad = check_endpoint(("coder", models_server, "K"), {"K": "wrong"}, http_get)
+    assert bad.status == "fail" and "HTTP 401" in bad.detail
     unreachable = check_endpoint(("coder", "http://127.0.0.1:1/v1", ""), {}, http_get)
     assert unreachable.status == "fail" and "cannot reach" in unreachable.detail
+
+
+def test_the_configured_model_must_be_among_those_listed(models_server: str) -> None:
+    listed = check_endpoint(("coder", models_server, "K", "openai-compatible", "local-model"), {"K": SECRET}, http_get)
+    assert listed.status == "pass" and "'local-model' among them" in listed.detail
+    missing = check_endpoint(("judge", models_server, "K", "openai-compatible", "local-modle"), {"K": SECRET}, http_get)
+    assert missing.status == "fail" and "model 'local-modle' is not among the 1 it lists" in missing.detail
+    assert "did you mean 'local-model'" in missing.detail and "[judge] model" in missing.fix
+
+
+def test_cpu_device_checks_the_cpp_compiler_and_ninja() -> None:
+    import shutil
+
+    torch_cpu = dict(TORCH_OK, cuda_build=None, available=False, props={})
+    bare = FakeTools([], torch_cpu)
+    c = _by_name(run_doctor(device="cpu", run=bare.run, which=bare.which, env={}, read_text=_params(None)))
+    assert c["c++"].status == "fail" and "apt install g++" in c["c++"].fix
+    assert c["ninja"].status == "fail" and "pip install ninja" in c["ninja"].fix
+    assert doctor_exit_code(list(c.values())) == 3
+    # this machine has both (the CPU tests build with them): the real PATH
+    real = _by_name(run_doctor(device="cpu", run=bare.run, which=shutil.which, env={}, read_text=_params(None)))
+    assert real["c++"].status == "pass" and real["ninja"].status == "pass"
+    gpu = _by_name(run_doctor(run=bare.run, which=bare.which, env={}, read_text=_params(0)))
+    assert "c++" not in gpu and "ninja" not in gpu  # the CUDA device has its own checks (nvcc)

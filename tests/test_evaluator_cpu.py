@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from cudaforge.engine.candidate import Candidate, load_candidate
+from cudaforge.engine.compiler_log import diagnostics, error_count
 from cudaforge.engine.evaluation.evaluator import Evaluator
 from cudaforge.engine.results import EvalResult
 from cudaforge.engine.task import load_task
@@ -99,6 +100,16 @@ def test_compile_error_shows_the_compiler_log(cpu_options) -> None:
     assert r.compile is not None and not r.compile.ok
     assert "error" in r.compile.log.lower()
     assert "compile error" in r.message
+    # the headline is the compiler's first diagnostic, placed on the candidate's own line (1-based),
+    # never torch's "Error building extension ... [1/2] c++ ..." wrapper or the ninja command line
+    source = (HERE / "compile_error.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(source, 1) if "return x * 2" in text)
+    assert r.message.startswith(f"compile error: line {line}: error: expected"), r.message
+    assert "main.cpp:" in r.message and "Error building extension" not in r.message and "c++ -" not in r.message
+    # a failed build's time is the build's, not 0.00 s
+    assert r.compile.seconds > 0.1 and r.compile.seconds <= r.phases["build"] + 0.01
+    assert error_count(r.compile.log) == 1
+    assert [d.severity for d in diagnostics(r.compile.log)] == ["error"]
 
 
 def test_environment_is_scrubbed(

@@ -200,3 +200,38 @@ def test_deprecated_model_gets_a_startup_notice(monkeypatch: pytest.MonkeyPatch,
     parts = build_parts(config, mode="auto")
     assert "Coder: model claude-cudaforge-test is deprecated" in parts.notice
 
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+PROVIDERS_DOC = README.parent / "docs" / "README-providers.md"
+
+
+def _providers_section() -> str:
+    text = README.read_text(encoding="utf-8")
+    start = text.index("## LLM providers: the Coder and the Judge")
+    return text[start:text.index("\n## ", start + 3) + 1].rstrip() + "\n"
+
+
+def test_the_providers_doc_is_the_readmes_section() -> None:
+    """One source for model names: docs/README-providers.md is the README's section, word for word."""
+    doc = PROVIDERS_DOC.read_text(encoding="utf-8")
+    body = doc.split("-->\n\n", 1)[1] if doc.startswith("<!--") else doc
+    assert body == _providers_section()
+
+
+def test_every_model_and_price_the_docs_name_comes_from_the_profiles() -> None:
+    import re
+
+    section = _providers_section()
+    profiles = load_price_sheets()
+    named = [m for m in re.findall(r'^model = "([^"]+)"(.*)$', section, re.M) if "server names it" not in m[1]]
+    assert named and all(profiles.get(name) is not None and profiles[name].priced for name, _ in named), named
+    rows = re.findall(r"^\| ([\w.-]+) \| \$([\d.]+) \| \$([\d.]+) \|", section, re.M)
+    assert len(rows) >= 5
+    for name, coder_text, judge_text in rows:
+        coder = price_of(name, Usage(input_tokens=8000, output_tokens=12000))
+        judge = price_of(name, Usage(input_tokens=8000, output_tokens=5000))
+        assert coder is not None and judge is not None, f"{name} in the README's cost table has no price sheet"
+        for shown, value in ((coder_text, coder), (judge_text, judge)):  # equal to the digits shown
+            places = len(shown.partition(".")[2])
+            assert abs(float(shown) - value) <= 0.5 * 10 ** -places + 1e-9, (name, shown, value)

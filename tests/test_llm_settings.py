@@ -128,6 +128,13 @@ def test_provider_notice_names_the_receiver() -> None:
     assert "a local OpenAI-compatible server on this machine" in provider_notice(local, role="Coder")
     remote = LLMSettings(provider="openai-compatible", model="q", base_url="https://llm.example.com/v1")
     assert "an OpenAI-compatible server (https://llm.example.com/v1)" in provider_notice(remote, role="Coder")
+    # the receiver is named by the base URL's host, not by the provider's name
+    openai_local = LLMSettings(provider="openai", model="gpt-5", base_url="http://127.0.0.1:8000/v1")
+    notice = provider_notice(openai_local, role="Coder")
+    assert "a local OpenAI-compatible server on this machine at 127.0.0.1" in notice and "to OpenAI" not in notice
+    assert "at 127.0.0.1" in provider_notice(local, role="Coder")
+    proxy = LLMSettings(provider="anthropic", model="claude-opus-4", base_url="https://gateway.corp.example/anthropic")
+    assert "sent to a server at gateway.corp.example (speaking Anthropic's API)" in provider_notice(proxy, role="Judge")
 
 
 def test_loopback_detection() -> None:

@@ -40,7 +40,8 @@ def open_run(path: Path, model: RunModel) -> Opened:
     m.gpu_name = manifest.gpu.shown if manifest.gpu is not None else ""
     m.load_records(records)
     m.current_round = m.latest()
-    m.dollars = sum(r.cost_usd for r in records)
+    m.dollars = sum(r.cost_usd or 0.0 for r in records)
+    m.cost_known = all(r.cost_usd is not None for r in records)
     m.tokens = sum(r.tokens for r in records)
     return Opened(log=f"opened {path} read-only: {len(records)} round(s), status {state.status or '?'}"
                   + (f" ({state.stop_message})" if state.stop_message else ""),

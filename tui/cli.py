@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from cudaforge.engine.errors import EXIT_BAD_INPUT
 from cudaforge.engine.flags import add_device_flags, add_gpu_memory_flag, add_mode_flag
@@ -59,6 +60,14 @@ def parse_args(argv: list[str]) -> LaunchSpec | int:
         return EXIT_BAD_INPUT
     if ns.rounds is not None and ns.rounds < 1:
         print("cudaforge-tui: --rounds must be at least 1", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    # refused before the app opens: a missing file is one line and exit 2, with or without a terminal
+    if ns.task and not Path(ns.task).is_file():
+        print(f"cudaforge-tui: {ns.task}: task file not found", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    folder = ns.resume or ns.open_run
+    if folder and not Path(folder, "manifest.json").is_file():
+        print(f"cudaforge-tui: {folder}: not a run folder (no manifest.json)", file=sys.stderr)
         return EXIT_BAD_INPUT
     return LaunchSpec(task=ns.task, resume=ns.resume, open_run=ns.open_run, config_file=ns.config_file,
                       mode=ns.mode, device=ns.device, gpu=ns.gpu, rounds=ns.rounds, runs=ns.runs,

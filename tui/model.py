@@ -58,7 +58,7 @@ class RoundView:
     judge_mode: str = ""
     subject_round: int | None = None
     outcome: str = ""
-    cost_usd: float = 0.0
+    cost_usd: float | None = 0.0  # None: unknown (a call has no price)
     tokens: int = 0
 
     @property

@@ -17,7 +17,7 @@ from typing import Any
 from cudaforge.engine.agents.judge_reply import JudgeMode, JudgeReply
 from cudaforge.engine.agents.prompts import Prompt
 from cudaforge.engine.compiler_log import classify as classify_error
-from cudaforge.engine.compiler_log import first_error_text
+from cudaforge.engine.compiler_log import first_error_text, headline
 from cudaforge.engine.llm.types import CallRecord, LLMError
 from cudaforge.engine.profiling.analysis import DURATION, Analysis
 from cudaforge.engine.results import EvalResult, OutputCheck
@@ -36,9 +36,26 @@ _FAILED = {
 }
 
 
+def _on_cpu(result: EvalResult | None, analysis: Analysis | None = None) -> bool:
+    """Whether the candidate ran on the CPU device: its advice is about C++ loops, not GPU kernels."""
+    if result is not None and result.device:
+        return result.device == "cpu"
+    return analysis is not None and analysis.gpu == "cpu"
+
+
 def _optimization(analysis: Analysis, eval_result: EvalResult | None) -> dict[str, Any]:
     """Optimization fields from the top-ranked finding (keys of prompts.OPTIMIZE_KEYS)."""
     if not analysis.findings:
+        if not analysis.kernels and _on_cpu(eval_result, analysis):
+            return {
+                "bottleneck": "unknown: no hardware counters on the CPU device (timing only)",
+                "method": "vectorize and parallelize the C++ loop",
+                "plan": "Read the input through raw contiguous pointers in a flat inner loop the compiler can "
+                "vectorize (no per-element accessors or tensor ops inside it), split the outer range across "
+                "threads with at::parallel_for, and fuse consecutive operations into that one pass so "
+                "intermediates stay in registers and cache.",
+                "evidence": [],
+            }
         if not analysis.kernels:
             why = analysis.profile_message or "no profile"
             return {
@@ -111,7 +128,9 @@ def _correction(result: EvalResult) -> dict[str, Any]:
     outcome = result.outcome
     if outcome == "compile_error":
         log = result.compile.log if result.compile else ""
-        first = first_error_text(log) or result.message
+        # the worker's headline places the first diagnostic in the candidate; an older message may not
+        placed = result.message.startswith("compile error: line ")
+        first = result.message.removeprefix("compile error: ") if placed else headline(log) or result.message
         hint = (
             _hint_for(first)
             or _hint_for(log)
@@ -178,6 +197,12 @@ def _correction(result: EvalResult) -> dict[str, Any]:
                 "a few elements are wrong: check the boundary/tail handling (sizes that are not a multiple "
                 "of the block or tile size) and the bounds guard"
             )
+        elif _on_cpu(result):
+            hint = (
+                "part of the output is wrong: check the loop bounds and index arithmetic of each block of "
+                "work, and races between threads (at::parallel_for chunks writing the same element or "
+                "accumulator)"
+            )
         else:
             hint = (
                 "part of the output is wrong: check tile boundaries, missing __syncthreads between writing "
@@ -196,6 +221,13 @@ def _correction(result: EvalResult) -> dict[str, Any]:
             "why_it_matters": "The numbers may be right, but the measurement cannot be trusted, so it is not accepted.",
             "minimal_fix_hint": "Compute every output with the candidate's own kernel on each call, on the current "
             "stream, with no caching of results, side streams, threads or patched timers.",
+        }
+    if outcome == "timeout" and _on_cpu(result):
+        return {
+            "critical_issue": f"the evaluation timed out ({result.message or 'no message'})",
+            "why_it_matters": "Code that does not finish is never accepted.",
+            "minimal_fix_hint": "Look for a loop that never ends (wrong stride, bound or an unsigned counter "
+            "going below zero) or work that grows far faster than the input (a loop nested once too often).",
         }
     if outcome == "timeout":
         return {
@@ -229,7 +261,7 @@ def _reply(mode: JudgeMode, fields: dict[str, Any]) -> JudgeReply:
 
 def _no_result(error_log: str) -> dict[str, Any]:
     """Correction fields when only an error log is at hand (no evaluation result)."""
-    first = first_error_text(error_log)
+    first = headline(error_log)
     hint = _hint_for(first or error_log) or "fix the first error in the log and change nothing else"
     return {
         "critical_issue": f"the first reported error is: {first or '(none found)'}",

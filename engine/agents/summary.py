@@ -256,15 +256,17 @@ class RoundNote:
     speedup: float | None = None
     detail: str = ""  # one line: the error, or what the profile said
     best: bool = False
+    repeat_of: int | None = None  # the round whose candidate this one repeated exactly
 
     @classmethod
     def from_result(
-        cls, round: int, action: str, result: EvalResult | None, *, best: bool = False
+        cls, round: int, action: str, result: EvalResult | None, *, best: bool = False,
+        repeat_of: int | None = None,
     ) -> RoundNote:
         """A note from a round's result; the detail is its one-line message."""
         if result is None:
-            return cls(round, action, "not evaluated", best=best)
-        return cls(round, action, result.outcome, result.speedup, result.message, best)
+            return cls(round, action, "not evaluated", best=best, repeat_of=repeat_of)
+        return cls(round, action, result.outcome, result.speedup, result.message, best, repeat_of)
 
 
 def format_history(notes: Sequence[RoundNote], *, limit: int = 10) -> str:
@@ -281,7 +283,11 @@ def format_history(notes: Sequence[RoundNote], *, limit: int = 10) -> str:
         speed = f", {n.speedup:.3g}x" if n.speedup is not None else ""
         detail = f" - {n.detail.strip().splitlines()[0][:160]}" if n.detail.strip() else ""
         mark = "  <- best so far" if n.best else ""
-        lines.append(f"- round {n.round} [{n.action}]: {n.outcome}{speed}{detail}{mark}")
+        repeat = f" (REPEAT: identical to round {n.repeat_of}'s candidate, not a new result)" if n.repeat_of else ""
+        lines.append(f"- round {n.round} [{n.action}]: {n.outcome}{speed}{detail}{repeat}{mark}")
     if len(notes) > len(shown):
         lines.insert(0, f"({len(notes) - len(shown)} older rounds not shown)")
+    if notes[-1].repeat_of is not None:
+        lines.append(f"Round {notes[-1].round} sent back round {notes[-1].repeat_of}'s candidate unchanged: it was "
+                     "not evaluated anew and gained nothing. Write a different candidate this time.")
     return "\n".join(lines)

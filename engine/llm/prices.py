@@ -36,6 +36,15 @@ _SNAPSHOT_SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|latest)$")
 LOCAL_PRICE_SHEET = "local"
 
 
+def format_cost(dollars: float | None, known: bool = True) -> str:
+    """Dollars for any table, file or bar: "?" when unknown (None), "$0.012+?" for a priced part with
+    unpriced calls beside it (known=False), never "$0.000" for a cost nobody priced."""
+    if dollars is None or (not known and dollars <= 0):
+        return "?"
+    text = f"${dollars:.3f}" if dollars < 10 else f"${dollars:.2f}"
+    return text if known else text + "+?"
+
+
 @dataclass(frozen=True)
 class PriceSheet:
     """What we know about one model; every price is dollars per million tokens, None = unknown."""

@@ -6,7 +6,6 @@ openai/anthropic installed (the GPU worker path never needs them).
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import os
 from collections.abc import Collection, Mapping
@@ -14,7 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlsplit
 
-from cudaforge.engine.errors import ConfigError
+from cudaforge.engine.errors import ConfigError, did_you_mean
 
 PROVIDERS = ("openai", "anthropic", "openai-compatible", "heuristic")
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
@@ -71,9 +70,7 @@ class LLMSettings:
             if key in ignore:
                 continue
             if key not in known:
-                hint = difflib.get_close_matches(str(key), known, n=1)
-                extra = f" (did you mean '{hint[0]}'?)" if hint else ""
-                raise ConfigError(f"{where} unknown key '{key}'{extra}")
+                raise ConfigError(f"{where} unknown key '{key}'{did_you_mean(key, known)}")
         values: dict[str, Any] = {k: v for k, v in table.items() if k in known}
         for key, value in values.items():
             values[key] = _check_type(where, key, value)
@@ -203,12 +200,14 @@ def provider_notice(settings: LLMSettings, *, role: str) -> str:
     if settings.provider == "heuristic":
         return f"{role}: offline heuristic Judge; nothing is sent anywhere."
     url = settings.resolved_base_url
-    if settings.provider == "openai":
-        who = "OpenAI"
-    elif settings.provider == "anthropic":
-        who = "Anthropic"
-    elif is_loopback_url(url):
-        who = "a local OpenAI-compatible server on this machine"
+    host = urlsplit(url).hostname or url
+    api = "Anthropic" if settings.provider == "anthropic" else "OpenAI"
+    if is_loopback_url(url):  # by the base URL's host, whatever the provider is called
+        who = f"a local {api}-compatible server on this machine at {host}"
+    elif settings.provider in ("openai", "anthropic") and url.rstrip("/") == DEFAULT_BASE_URLS[settings.provider]:
+        who = api
+    elif settings.provider in ("openai", "anthropic"):
+        who = f"a server at {host} (speaking {api}'s API)"
     else:
         who = "an OpenAI-compatible server"
     return f"{role}: the task and kernel source will be sent to {who} ({url}), model {settings.model}."

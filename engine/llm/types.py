@@ -314,6 +314,13 @@ class UsageTotals:
         }
 
 
+def known_cost(records: Iterable[CallRecord]) -> float | None:
+    """Dollars of these calls, or None ("unknown") when any call that billed tokens has no price: a total
+    with an unpriced call in it is not a total. No calls cost 0.0."""
+    totals = _sum(records)
+    return totals.cost_usd if totals.cost_known else None
+
+
 def _sum(records: Iterable[CallRecord]) -> UsageTotals:
     calls = errors = unpriced = 0
     usage = Usage()

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from cudaforge.engine.errors import ConfigError
+from cudaforge.engine.errors import ConfigError, did_you_mean
 from cudaforge.engine.profiling.metrics import METRIC_SETS
 
 
@@ -31,7 +31,8 @@ class NcuSettings:
         known = {f.name for f in fields(cls)}
         for key in table:
             if key not in known:
-                raise ConfigError(f"{source}: [ncu] unknown key '{key}' (known: {', '.join(sorted(known))})")
+                raise ConfigError(f"{source}: [ncu] unknown key '{key}'{did_you_mean(key, known)} "
+                                  f"(known: {', '.join(sorted(known))})")
         values: dict[str, Any] = {}
         if "enabled" in table:
             if not isinstance(table["enabled"], bool):

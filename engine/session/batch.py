@@ -18,7 +18,7 @@ import secrets
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,11 +26,12 @@ from typing import Any
 from cudaforge.engine.config import Config, config_from_data, config_to_data
 from cudaforge.engine.errors import CudaforgeError, UsageError
 from cudaforge.engine.fsutil import atomic_write_json, read_json
-from cudaforge.engine.llm.types import Usage, UsageLedger
+from cudaforge.engine.llm.prices import format_cost
+from cudaforge.engine.llm.types import Usage, UsageLedger, known_cost
 from cudaforge.engine.session.decisions import AutoApprove
 from cudaforge.engine.session.events import Event
 from cudaforge.engine.session.factory import create_session, llm_configured, resume_session
-from cudaforge.engine.session.store import RunStore
+from cudaforge.engine.session.store import RunStore, RunSummary, list_runs
 from cudaforge.engine.task import load_task
 
 FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
@@ -105,7 +106,7 @@ class TaskOutcome:
     best_round: int | None = None
     rounds: int = 0
     tokens: int = 0
-    dollars: float = 0.0
+    dollars: float | None = 0.0  # None: a call has no price (unknown; null in summary.json)
     wall_s: float = 0.0
     stop_reason: str = ""
     message: str = ""
@@ -119,7 +120,7 @@ class BatchSummary:
     fast_p: dict[str, float]
     geomean_speedup: float | None
     tokens: int
-    dollars: float
+    dollars: float | None  # None when any task's cost is unknown
     wall_s: float
     rows: tuple[TaskOutcome, ...] = field(default_factory=tuple)
 
@@ -141,8 +142,14 @@ def summarize(rows: Sequence[TaskOutcome], wall_s: float) -> BatchSummary:
             for p in FAST_P}
     logs = [math.log(r.best_speedup) for r in correct if r.best_speedup and r.best_speedup > 0]
     geo = math.exp(sum(logs) / len(logs)) if logs else None
-    return BatchSummary(n, len(correct), fast, geo, sum(r.tokens for r in rows), sum(r.dollars for r in rows),
+    return BatchSummary(n, len(correct), fast, geo, sum(r.tokens for r in rows), _total(r.dollars for r in rows),
                         wall_s, tuple(rows))
+
+
+def _total(costs: Iterable[float | None]) -> float | None:
+    """A sum that stays unknown (None) once any part is."""
+    values = list(costs)
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
 
 
 def format_summary(summary: BatchSummary) -> str:
@@ -152,7 +159,7 @@ def format_summary(summary: BatchSummary) -> str:
         sp = f"{r.best_speedup:.2f}x" if r.best_speedup is not None else "-"
         lines.append(f"{Path(r.task).parent.name + '/' + Path(r.task).name if Path(r.task).name == 'task.py' else Path(r.task).name:<28.28} "
                      f"{r.status:<8} {'yes' if r.correct else 'no':<8} {sp:>8} {r.rounds:>6} {r.tokens:>8} "
-                     f"{r.dollars:>7.3f} {r.wall_s:>6.0f}s  "
+                     f"{format_cost(r.dollars).removeprefix('$'):>7} {r.wall_s:>6.0f}s  "
                      f"{'skipped: does not fit this card' if r.status == 'skipped' else r.stop_reason}")
     geo = f"{summary.geomean_speedup:.3f}x" if summary.geomean_speedup is not None else "-"
     fast = "  ".join(f"{k}={v:.0%}" for k, v in summary.fast_p.items())
@@ -160,7 +167,7 @@ def format_summary(summary: BatchSummary) -> str:
     lines.append(f"correct {summary.correct}/{summary.tasks} ({summary.correct_pct:.0f}%)  geomean speedup "
                  f"(correct tasks) {geo}")
     lines.append(fast)
-    lines.append(f"tokens {summary.tokens}  dollars ${summary.dollars:.3f}  wall {summary.wall_s:.0f} s")
+    lines.append(f"tokens {summary.tokens}  dollars {format_cost(summary.dollars)}  wall {summary.wall_s:.0f} s")
     return "\n".join(lines)
 
 
@@ -210,6 +217,75 @@ class Batch:
             atomic_write_json(self.path / "batch.json", data)
 
 
+@dataclass(frozen=True)
+class BatchListing:
+    """One batch folder as `cudaforge runs` lists it: its tasks, how many are done, and its runs."""
+
+    path: Path
+    created: float
+    tasks: int
+    done: int
+    runs: tuple[RunSummary, ...]
+    dollars: float | None  # None: some call of the batch has no price
+
+    @property
+    def live(self) -> bool:
+        return any(r.status == "running" for r in self.runs)
+
+
+def list_batches(root: str | Path) -> list[BatchListing]:
+    """The batch folders under `root`, oldest first, each with the runs inside it."""
+    root = Path(root)
+    out = []
+    for p in sorted(root.iterdir()) if root.is_dir() else ():
+        if not Batch.is_batch(p):
+            continue
+        try:
+            data = Batch.open(p).data()
+        except (OSError, ValueError):
+            continue
+        rows = [TaskOutcome(**row) for row in data.get("tasks", [])]
+        runs = tuple(list_runs(p))
+        out.append(BatchListing(p, float(data.get("created", 0.0)), len(rows), sum(r.status == "done" for r in rows),
+                                runs, _total(r.cost_usd for r in runs)))
+    return sorted(out, key=lambda b: b.created)
+
+
+def prune_batches(root: str | Path, *, keep: int | None = None, older_than_days: float | None = None,
+                  dry_run: bool = False) -> list[Path]:
+    """Delete old batch folders, each with its runs (never one with a live run): beyond the newest
+    `keep` batches, or older than N days; the same rule as single runs (store.prune_runs)."""
+    doomed: list[Path] = []
+    now = time.time()
+    for i, b in enumerate(reversed(list_batches(root))):  # newest first
+        if b.live:
+            continue
+        if (keep is not None and i >= keep) or (older_than_days is not None and now - b.created > older_than_days * 86400):
+            doomed.append(b.path)
+    if not dry_run:
+        for p in doomed:
+            shutil.rmtree(p, ignore_errors=True)
+    return doomed
+
+
+def rows_to_run(batch: Batch, rounds: int | None) -> tuple[list[TaskOutcome], list[str]]:
+    """What `run_batch` (re)starts: every unfinished task, and with `rounds` (resume --rounds N) every
+    finished one whose run has fewer rounds, so it is extended. Also why each finished task is not."""
+    todo, why_not = [], []
+    for row in batch.rows():
+        if row.status != "done":
+            todo.append(row)
+        elif rounds is None:
+            why_not.append(f"{Path(row.task).name}: done ({row.rounds} rounds; --rounds N extends it)")
+        elif not row.run_dir or not Path(row.run_dir, "manifest.json").is_file():
+            why_not.append(f"{Path(row.task).name}: its run folder is gone")
+        elif row.rounds >= rounds:
+            why_not.append(f"{Path(row.task).name}: already has {row.rounds} rounds (>= {rounds})")
+        else:
+            todo.append(row)
+    return todo, why_not
+
+
 # A session stopped for one of these (an LLM failure that every task would meet: a missing SDK
 # module, a refused key, an unknown model) stops the batch; the unstarted tasks stay pending.
 BATCH_STOPPING_REASONS = ("unavailable", "bad_config")
@@ -238,7 +314,8 @@ async def run_batch(
     job_gate = asyncio.Semaphore(max(1, jobs))
     started = time.monotonic()
     prior_wall = float(data.get("wall_s", 0.0))
-    pending = [r for r in batch.rows() if r.status != "done"]
+    rounds = (overrides or {}).get("session.rounds")
+    pending, _ = rows_to_run(batch, int(rounds) if rounds is not None else None)
     pool = await _open_pool(config, on_event) if pending else None
     halted: list[str] = []  # set by a session stopped for a failure every task would meet
 
@@ -328,5 +405,5 @@ def _outcome(row: TaskOutcome, run_dir: Path, reason: str, message: str, *, prio
     return replace(row, status="done", run_dir=str(run_dir), correct=state.best_round is not None,
                    best_speedup=best,
                    best_round=state.best_round, rounds=int(state.rounds_done or 0),
-                   tokens=sum(c.usage.total_tokens for c in calls), dollars=sum(c.cost_usd or 0.0 for c in calls),
+                   tokens=sum(c.usage.total_tokens for c in calls), dollars=known_cost(calls),
                    wall_s=prior_s, stop_reason=reason, message=message, gpu=gpu)

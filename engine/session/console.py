@@ -7,6 +7,7 @@ elapsed) and prints a line per finished step above it; piped, it prints the line
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import shlex
 import subprocess
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from cudaforge.engine.llm.prices import format_cost
 from cudaforge.engine.session.decisions import Decision
 from cudaforge.engine.session.events import (
     CandidateEvaluated,
@@ -36,6 +38,34 @@ from cudaforge.engine.session.events import (
     UsageUpdated,
 )
 
+SESSION_LOG = "session.log"  # in the run folder: "YYYY-MM-DDTHH:MM:SS  text", one line per progress line
+
+
+class SessionLog:
+    """The session's log kept in its run folder (session.log): the lines the progress display prints,
+    each with its local wall-clock time, appended as they happen, so a run opened later (`--open`)
+    shows what happened. Replayed steps of a resumed run add nothing (they were logged the first time)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lines = ProgressDisplay(io.StringIO(), live=False)
+
+    def __call__(self, event: Event) -> None:
+        line = self._lines.line_for(event)
+        if not line:
+            return
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write("".join(f"{stamp}  {part}\n" for part in line.splitlines()))
+
+
+def read_session_log(run_dir: str | Path) -> list[str]:
+    """The lines of a run's session log ([] for a run without one, e.g. from an older version)."""
+    try:
+        return (Path(run_dir) / SESSION_LOG).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+
 
 class ProgressDisplay:
     def __init__(self, stream: TextIO | None = None, *, prefix: str = "", live: bool | None = None) -> None:
@@ -49,16 +79,17 @@ class ProgressDisplay:
         self.best: float | None = None
         self.tokens = 0
         self.dollars = 0.0
+        self.cost_known = True
         self.started = time.time()
 
     def __call__(self, event: Event) -> None:
-        line = self._line_for(event)
+        line = self.line_for(event)
         if line:
             self._print(line)
         elif self.live:
             self._status()
 
-    def _line_for(self, e: Event) -> str | None:
+    def line_for(self, e: Event) -> str | None:
         match e:
             case SessionStarted():
                 self.rounds = e.rounds
@@ -94,7 +125,7 @@ class ProgressDisplay:
                 self.best = e.best_speedup
                 return None
             case UsageUpdated():
-                self.tokens, self.dollars = e.tokens, e.dollars
+                self.tokens, self.dollars, self.cost_known = e.tokens, e.dollars, e.cost_known
                 return None
             case ModeChanged():
                 return f"mode: {e.mode} ({e.reason})"
@@ -109,7 +140,7 @@ class ProgressDisplay:
     def _status_text(self) -> str:
         best = f"{self.best:.2f}x" if self.best is not None else "-"
         return (f"{self.prefix}round {self.round}/{self.rounds}  {self.phase} {time.time() - self.phase_since:4.0f}s  "
-                f"best {best}  tokens {self.tokens}  ${self.dollars:.3f}  elapsed {time.time() - self.started:5.0f}s")
+                f"best {best}  tokens {self.tokens}  {format_cost(self.dollars, self.cost_known)}  elapsed {time.time() - self.started:5.0f}s")
 
     def _status(self) -> None:
         self.stream.write("\r\x1b[2K" + self._status_text())

@@ -128,7 +128,7 @@ class RoundFinished:
     best_speedup: float | None
     replayed: bool = False
     tokens: int = 0  # what the round's LLM calls used, so a UI needs no call log
-    cost_usd: float = 0.0
+    cost_usd: float | None = 0.0  # None: a call of the round has no price (unknown, not free)
 
 
 @dataclass(frozen=True)

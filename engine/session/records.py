@@ -81,6 +81,8 @@ class State(_Record):
     rounds_done: int = 0
     active_s: float = 0.0
     updated: float = 0.0
+    max_rounds: int | None = None  # the session's round limit, as the session last ran
+    cancelled_round: int | None = None  # a round started but not finished when the session stopped
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,7 @@ class RoundMeta(_Record):
     finished_at: float | None = None
     outcome: str | None = None
     speedup: float | None = None
+    repeat_of: int | None = None  # an earlier round whose candidate this one repeats exactly
     progress: dict[str, Any] | None = None  # the session's best/head/failure counters after the round
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from cudaforge.engine.errors import UsageError
 from cudaforge.engine.fsutil import atomic_write_text
+from cudaforge.engine.llm.prices import format_cost
 from cudaforge.engine.results import NO_SPEED_CLAIM
 from cudaforge.engine.session.records import GpuInfo
 from cudaforge.engine.session.store import RoundRecord, RunStore
@@ -23,6 +24,13 @@ def best_round(rounds: list[RoundRecord]) -> RoundRecord | None:
     return unclaimed[-1] if unclaimed else None
 
 
+def timed_by(method: str) -> str:
+    """How a timing was taken, in words: CUDA events on a GPU, the host's clock on the CPU device."""
+    return {"cuda_event": "CUDA-event timed", "perf_counter": "timed by the host clock (CPU device)",
+            "triton_interpreter": "timed in Triton's interpreter (CPU device)"}.get(
+        method, f"timed by {method}")
+
+
 def _speed(r: RoundRecord) -> str:
     return f"{r.speedup:.2f}x vs eager" if r.speedup is not None else f"accepted, {NO_SPEED_CLAIM}"
 
@@ -33,7 +41,7 @@ def round_rows(rounds: list[RoundRecord]) -> list[tuple[str, ...]]:
     for r in rounds:
         sp = f"{r.speedup:.2f}x" if r.speedup is not None else "-"
         rows.append((str(r.round), r.kind, "-" if r.parent is None else str(r.parent), r.outcome, sp,
-                     f"{r.tokens}", f"${r.cost_usd:.3f}", "best" if best is not None and r.round == best.round else ""))
+                     f"{r.tokens}", format_cost(r.cost_usd), "best" if best is not None and r.round == best.round else ""))
     return rows
 
 
@@ -64,6 +72,7 @@ def markdown_report(store: RunStore) -> str:
     tokens = sum(c.usage.total_tokens for c in calls)
     dollars = sum(c.cost_usd or 0.0 for c in calls)
     unpriced = sum(1 for c in calls if c.cost_usd is None and c.usage.total_tokens)
+    cost = format_cost(dollars, known=not unpriced)
     gpu = manifest.gpu or GpuInfo(device="?")
     versions = manifest.versions
     out = [f"# cudaforge run {manifest.run_id}", "",
@@ -73,8 +82,8 @@ def markdown_report(store: RunStore) -> str:
            f"- versions: cudaforge {versions.get('cudaforge')}, torch {versions.get('torch')}, "
            f"python {versions.get('python')}",
            f"- status: {state.status} ({state.stop_reason or '-'}): {state.stop_message or ''}",
-           f"- LLM usage: {len(calls)} calls, {tokens} tokens, ${dollars:.3f}"
-           + (f" ({unpriced} calls unpriced: a lower bound)" if unpriced else ""),
+           f"- LLM usage: {len(calls)} calls, {tokens} tokens, {cost}"
+           + (f" ({unpriced} calls unpriced: the cost is unknown)" if unpriced else ""),
            ""]
     if best is not None and best.speedup is None:
         out.append(f"**Best: round {best.round}, {_speed(best)}.**")
@@ -82,7 +91,8 @@ def markdown_report(store: RunStore) -> str:
         t = best.result.timing
         out.append(f"**Best: round {best.round}, {best.speedup:.2f}x vs eager PyTorch** "
                    f"(candidate median {t.candidate.median_ms * 1000:.1f} us, reference "
-                   f"{t.reference.median_ms * 1000:.1f} us; both CUDA-event timed, interleaved in one run).")
+                   f"{t.reference.median_ms * 1000:.1f} us; both {timed_by(t.candidate.method)}, "
+                   "interleaved in one run).")
     elif best is not None:
         out.append(f"**Best: round {best.round}, {best.speedup:.2f}x vs eager PyTorch.**")
     else:

@@ -27,9 +27,10 @@ from cudaforge.engine.config import MODES
 from cudaforge.engine.errors import EXIT_UNAVAILABLE, CandidateError
 from cudaforge.engine.evaluation.backend import EvalBackend, ProfileBackend
 from cudaforge.engine.fsutil import atomic_write_text
-from cudaforge.engine.llm.types import REPEATING_ERRORS, CallRecord, UsageLedger
+from cudaforge.engine.llm.types import REPEATING_ERRORS, CallRecord, UsageLedger, known_cost
 from cudaforge.engine.profiling.analysis import Analysis, analyze
 from cudaforge.engine.results import EvalResult
+from cudaforge.engine.session.console import SESSION_LOG, SessionLog
 from cudaforge.engine.session.decisions import APPROVE, Decision, Driver
 from cudaforge.engine.session.events import (
     CandidateEvaluated,
@@ -146,6 +147,7 @@ class Session:
         self.ledger = ledger or UsageLedger(self.policy.dollars)
         self.notice = notice
         self.progress = _Progress()
+        self._log = SessionLog(store.path / SESSION_LOG)
         self._pause = False
         self._stop_requested = False
         self._branch_to: int | None = None
@@ -184,7 +186,7 @@ class Session:
     # ---- the loop -------------------------------------------------------------------------------
     async def run(self) -> SessionStopped:
         resumed = bool(self.store.round_numbers())
-        self.store.save_state(status="running", mode=self.mode)
+        self.store.save_state(status="running", mode=self.mode, max_rounds=self.policy.rounds, cancelled_round=None)
         self._emit(SessionStarted(self.store.run_id, str(self.store.path), str(self.task.shown_path), self.mode,
                                   self.policy.rounds, resumed, self.notice))
         self._emit_usage()
@@ -288,14 +290,19 @@ class Session:
             parent, recommendation = await self._judge_stage(n, parent)
         candidate = await self._candidate_stage(n, parent, recommendation)
         result: EvalResult | None = None
+        repeat_of = self._repeat_of(n, candidate) if candidate is not None else None
         if candidate is not None:
+            if repeat_of is not None:
+                self._emit(Notice("warning", f"round {n}'s candidate is identical to round {repeat_of}'s: a repeat, "
+                                             "not a new result (the Coder is told)"))
             result = await self._evaluate(n, candidate)
             if result.accepted:
                 await self._profile(n, candidate)
-        self._after_round(n, parent, result)
+        self._after_round(n, parent, result, repeat_of)
         kind = (self.store.round_meta(n) or meta).kind
         self.store.finish_round(n, outcome=result.outcome if result else "no_candidate",
                                 speedup=result.speedup if result and result.accepted else None,
+                                repeat_of=repeat_of,
                                 progress=self.progress.to_dict())
         self.store.save_state(best_round=self.progress.best, best_speedup=self.progress.best_speedup,
                               rounds_done=n, active_s=self.active_seconds)
@@ -304,7 +311,16 @@ class Session:
                                  result.speedup if result and result.accepted else None,
                                  self.progress.best, self.progress.best_speedup,
                                  tokens=sum(c.usage.total_tokens for c in calls),
-                                 cost_usd=sum(c.cost_usd or 0.0 for c in calls)))
+                                 cost_usd=known_cost(calls)))
+
+    def _repeat_of(self, n: int, candidate: Candidate) -> int | None:
+        """The latest earlier round whose candidate is the same text (a repeat is served from the result
+        cache and must not count as a new result), or None."""
+        for k in sorted((k for k in self.store.round_numbers() if k < n), reverse=True):
+            earlier = self.store.candidate(k)
+            if earlier is not None and earlier.strip() == candidate.source.strip():
+                return k
+        return None
 
     def _kind_for(self, parent: int | None) -> str:
         if self.mode == "manual" or self.coder is None:
@@ -485,8 +501,9 @@ class Session:
             if rec.round >= n or not rec.finished:
                 continue
             action = rec.kind if rec.recommendation is None else (rec.recommendation.splitlines() or [rec.kind])[0]
+            repeat_of = meta.repeat_of if (meta := self.store.round_meta(rec.round)) else None
             notes.append(RoundNote.from_result(rec.round, action[:80], rec.result,
-                                               best=rec.round == self.progress.best))
+                                               best=rec.round == self.progress.best, repeat_of=repeat_of))
         return notes
 
     # ---- evaluation and profiling ---------------------------------------------------------------
@@ -534,8 +551,12 @@ class Session:
         self._emit(ProfileReady(n, profile, analysis))
 
     # ---- bookkeeping ------------------------------------------------------------------------------
-    def _after_round(self, n: int, parent: int | None, result: EvalResult | None) -> None:
+    def _after_round(self, n: int, parent: int | None, result: EvalResult | None,
+                     repeat_of: int | None = None) -> None:
         prog, p = self.progress, self.policy
+        if repeat_of is not None and result is not None and result.accepted:
+            prog.since_best += 1  # the same candidate again: never a new best, the head stays
+            return
         if result is not None and result.accepted and result.speedup is None:
             # accepted, timed by Triton's interpreter: no speed claim, so the newest such round is the best
             prog.failures, prog.since_best, prog.head = 0, 0, n
@@ -590,7 +611,7 @@ class Session:
                 if hasattr(self.progress, key):
                     setattr(self.progress, key, value)
         else:
-            self._after_round(n, rec.parent, rec.result)
+            self._after_round(n, rec.parent, rec.result, meta.repeat_of)
         self._emit(RoundFinished(n, rec.kind, rec.outcome, rec.speedup, self.progress.best,  # type: ignore[arg-type]
                                  self.progress.best_speedup, True, tokens=rec.tokens, cost_usd=rec.cost_usd))
 
@@ -638,6 +659,8 @@ class Session:
 
     # ---- events -------------------------------------------------------------------------------------
     def _emit(self, event: Event) -> None:
+        with contextlib.suppress(OSError):  # the log is a record, never a reason to stop
+            self._log(event)
         if self.on_event is not None:
             self.on_event(event)
 
@@ -663,10 +686,14 @@ class Session:
     def _finish(self, reason: StopReason, message: str) -> SessionStopped:
         self._flush_calls()  # calls whose draft was not stored (a stop for a failure that repeats)
         status = "finished" if reason in ("max_rounds", "target_speedup", "plateau") else "stopped"
-        rounds_done = sum(1 for n in self.store.round_numbers() if (meta := self.store.round_meta(n)) and meta.finished)
+        numbers = self.store.round_numbers()
+        rounds_done = sum(1 for n in numbers if (meta := self.store.round_meta(n)) and meta.finished)
+        # a round started but not finished (stopped mid-round) is cancelled: resume redoes its missing steps
+        cancelled = next((n for n in reversed(numbers) if not ((meta := self.store.round_meta(n)) and meta.finished)), None)
         self.store.save_state(status=status, stop_reason=reason, stop_message=message,
                               best_round=self.progress.best, best_speedup=self.progress.best_speedup,
-                              rounds_done=rounds_done, active_s=self.active_seconds, mode=self.mode)
+                              rounds_done=rounds_done, active_s=self.active_seconds, mode=self.mode,
+                              max_rounds=self.policy.rounds, cancelled_round=cancelled)
         event = SessionStopped(reason, message, self.progress.best, self.progress.best_speedup, rounds_done)
         self._emit(event)
         return event

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 from cudaforge.engine import __version__
 from cudaforge.engine.errors import UsageError
 from cudaforge.engine.fsutil import atomic_write_json, atomic_write_text, read_json
-from cudaforge.engine.llm.types import CallRecord
+from cudaforge.engine.llm.types import CallRecord, known_cost
 from cudaforge.engine.profiling.analysis import Analysis
 from cudaforge.engine.profiling.result import ProfileResult
 from cudaforge.engine.results import EvalResult
@@ -100,7 +100,7 @@ class RoundRecord:
     decisions: tuple[dict[str, Any], ...] = ()
     coder_drafts: int = 0
     judge_drafts: int = 0
-    cost_usd: float = 0.0
+    cost_usd: float | None = 0.0  # None: a call of the round has no price (unknown, not free)
     tokens: int = 0
 
     @property
@@ -120,7 +120,7 @@ class RunSummary:
     status: str  # running | interrupted | stopped | finished | unreadable
     rounds: int
     best_speedup: float | None
-    cost_usd: float
+    cost_usd: float | None  # None: some call has no price (unknown, not free)
     created: float
     stop_reason: str = ""
     size_bytes: int = 0
@@ -318,9 +318,11 @@ class RunStore:
         if self.round_meta(n) is None:
             self.put_round_meta(RoundMeta(round=n, kind=kind, parent=parent, started_at=time.time()))
 
-    def finish_round(self, n: int, *, outcome: str, speedup: float | None, progress: dict[str, Any]) -> None:
+    def finish_round(self, n: int, *, outcome: str, speedup: float | None, progress: dict[str, Any],
+                     repeat_of: int | None = None) -> None:
         meta = self.round_meta(n) or RoundMeta(round=n)
-        self.put_round_meta(replace(meta, outcome=outcome, speedup=speedup, progress=progress, finished=True,
+        self.put_round_meta(replace(meta, outcome=outcome, speedup=speedup, progress=progress, repeat_of=repeat_of,
+                                    finished=True,
                                     finished_at=time.time()))
 
     def coder_draft(self, n: int, k: int) -> CoderDraft | None:
@@ -397,7 +399,7 @@ class RunStore:
             recommendation=rec.text, judge_mode=rec.mode, judge_source=rec.source,
             subject_round=rec.subject_round, decisions=tuple(self.decisions(n)),
             coder_drafts=len(drafts), judge_drafts=len(list(self.round_dir(n).glob("judge-*.json"))),
-            cost_usd=sum(c.cost_usd or 0.0 for c in round_calls),
+            cost_usd=known_cost(round_calls),
             tokens=sum(c.usage.total_tokens for c in round_calls),
         )
 
@@ -447,7 +449,7 @@ def summarize_run(path: Path) -> RunSummary:
     return RunSummary(
         run_id=manifest.run_id or path.name, path=path, task_name=manifest.task_name or "?",
         status=status, rounds=len(store.round_numbers()), best_speedup=state.best_speedup,
-        cost_usd=sum(c.cost_usd or 0.0 for c in calls), created=float(manifest.created or 0.0),
+        cost_usd=known_cost(calls), created=float(manifest.created or 0.0),
         stop_reason=str(state.stop_reason or ""), size_bytes=_folder_size(path),
     )
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from cudaforge.engine.worker.failures import CandidateFailure, TaskFailure
+from cudaforge.engine.worker.failures import CandidateFailure, TaskFailure, with_task_frame
 from cudaforge.engine.worker.harness import (
     current_phase,
     phase,
@@ -43,11 +43,14 @@ def main(argv: list[str]) -> int:
         else:
             pipeline.evaluate(job, result)
     except TaskFailure as exc:
-        result.update(outcome="task_error", message=str(exc), traceback=traceback.format_exc(limit=8))
+        result.update(outcome="task_error", message=with_task_frame(str(exc), exc.__cause__, job.task_path),
+                      traceback=traceback.format_exc())
     except CandidateFailure as exc:
         result.update(outcome=exc.outcome, message=exc.message, traceback=exc.tb)
         if exc.log:
             result.setdefault("compile", {})["log"] = exc.log
+        if exc.build_seconds is not None:
+            result.setdefault("compile", {})["seconds"] = exc.build_seconds
     except Exception as exc:  # the worker must always report
         from cudaforge.engine.worker import memory
 

@@ -170,6 +170,8 @@ def meta_footprint(task: Any, init: list[Any], seed: int, float_dtype: Any = Non
     torch.manual_seed(seed)
     with torch.device("meta"):
         inputs = task.get_inputs()
+        if not isinstance(inputs, (list, tuple)):  # check_task's host draw names the task's error
+            raise TypeError(f"get_inputs() returned {type(inputs).__name__}")
         inputs = [_with_dtype(x, float_dtype) if isinstance(x, torch.Tensor) else x for x in inputs]
         out["input_bytes"] = tensor_bytes(inputs)
     try:
@@ -324,8 +326,8 @@ def check_task(job: EvalJob, task: Any, init: list[Any], device: Any, float_dtyp
         except Exception as exc:
             raise TaskFailure(f"{job.task_path}: get_inputs() raised {type(exc).__name__}: {exc}") from exc
         if not isinstance(raw, (list, tuple)):
-            raise TaskFailure(f"{job.task_path}: get_inputs() must return a list or tuple of inputs, "
-                              f"got {type(raw).__name__}") from None
+            raise TaskFailure(f"{job.task_path}:{task.get_inputs.__code__.co_firstlineno}: get_inputs() must "
+                              f"return a list or tuple of inputs, got {type(raw).__name__}") from None
         fp = {"input_bytes": tensor_bytes(list(raw)), "output_bytes": 0, "param_bytes": 0,
               "reason": f"get_inputs()/Model cannot run on the meta device ({type(meta_exc).__name__})"}
         fp["footprint_bytes"] = fp["input_bytes"]

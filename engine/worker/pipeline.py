@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaforge.engine import observe
-from cudaforge.engine.compiler_log import first_error_text
+from cudaforge.engine.compiler_log import headline
 from cudaforge.engine.integrity import evidence
 from cudaforge.engine.integrity import runtime as runtime_checks
 from cudaforge.engine.integrity.outputs import check_cache_reuse
@@ -151,8 +151,7 @@ def build_candidate(job: EvalJob, recorder: BuildRecorder, task: Any, init: list
         raise CandidateFailure("crash", f"candidate called sys.exit({exc.code}) at import") from None
     except Exception as exc:
         if _is_build_error(exc):
-            log = str(exc)
-            raise CandidateFailure("compile_error", _first_error_line(log), log=log, tb=traceback.format_exc()) from None
+            raise _compile_failure(str(exc), job, start) from None
         raise classify_exception(exc, "candidate import") from None
     build_seconds = time.perf_counter() - start
     if not hasattr(module, "ModelNew"):
@@ -163,8 +162,7 @@ def build_candidate(job: EvalJob, recorder: BuildRecorder, task: Any, init: list
         model_new = module.ModelNew(*init)
     except Exception as exc:
         if _is_build_error(exc):
-            log = str(exc)
-            raise CandidateFailure("compile_error", _first_error_line(log), log=log, tb=traceback.format_exc()) from None
+            raise _compile_failure(str(exc), job, start) from None
         raise classify_exception(exc, "ModelNew(*get_init_inputs())") from None
     if not isinstance(model_new, torch.nn.Module):
         raise CandidateFailure("runtime_error", "ModelNew(...) is not a torch.nn.Module")
@@ -176,8 +174,15 @@ def build_candidate(job: EvalJob, recorder: BuildRecorder, task: Any, init: list
     return model_new, info
 
 
-def _first_error_line(log: str) -> str:
-    return "compile error: " + (first_error_text(log) or "(no log)")
+def _compile_failure(log: str, job: EvalJob, start: float) -> CandidateFailure:
+    """A failed build: the headline is the log's first diagnostic placed in the candidate (engine/compiler_log.py),
+    and the time is the build's own (from the start of the import to the failure)."""
+    try:
+        source = Path(job.candidate_path).read_text(encoding="utf-8")
+    except OSError:
+        source = ""
+    return CandidateFailure("compile_error", "compile error: " + (headline(log, source) or "(no log)"), log=log,
+                            tb=traceback.format_exc(), build_seconds=round(time.perf_counter() - start, 4))
 
 
 def copy_parameters(model: Any, model_new: Any) -> list[str]:
