@@ -34,7 +34,7 @@ from cudaforge.engine.task import Task
 from cudaforge.engine.worker.job import EvalJob, Mode, WorkerReport
 
 PHASE_GROUPS = {
-    "gpu_wait_s": ("gpu_wait", "context_wait"),
+    "gpu_wait_s": ("gpu_wait", "context_wait", "timing_wait", "memory_wait"),
     "load_s": ("start", "context", "load_task", "build", "init"),
     "correctness_s": ("place", "reference", "correctness", "kernels", "fallback", "cache_probes", "shapes"),
     "timing_s": ("timing", "compile_baseline"),

@@ -44,7 +44,7 @@ class Profiler:
         limits = {p: float(self.settings.timeout_s) for p in ("start", "load_task", "build", "init", "gpu_wait",
                                                               "profile")}
         limits["build"] = float(self.evaluator.options.timeouts.get("load_s", 900.0))
-        limits["gpu_wait"] = 3600.0
+        limits.update(gpu_wait=3600.0, memory_wait=3600.0)
         return limits
 
     def _prepare(self, ncu: str, target: list[str]) -> PreparedProfile:

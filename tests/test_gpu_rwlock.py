@@ -1,0 +1,160 @@
+"""The per-GPU reader/writer discipline across real processes (engine/gpu/rwlock.py, engine/gpu/ledger.py).
+
+Each actor (tests/gpu_lock_actor.py) is its own Python process using the real lock API and recording
+CLOCK_MONOTONIC timestamps (one clock for all processes). A holder's window is [acquired, synced]: taken
+after its flock was granted and before it was let go, so it lies inside the time it really held the lock;
+two such windows that overlap are two real holders at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cudaforge.engine.gpu import ledger, rwlock
+
+ACTOR = Path(__file__).parent / "gpu_lock_actor.py"
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="flock and /proc: Linux")
+
+
+class Actor:
+    def __init__(self, lock: Path, role: str, hold_s: float, out: Path, *extra: str) -> None:
+        self.out = out
+        self.proc = subprocess.Popen([sys.executable, str(ACTOR), str(lock), role, str(hold_s), str(out), *extra])
+
+    def record(self) -> dict:
+        try:
+            return json.loads(self.out.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def wait_for(self, key: str, limit_s: float = 60.0) -> dict:
+        end = time.monotonic() + limit_s
+        while time.monotonic() < end:
+            rec = self.record()
+            if key in rec:
+                return rec
+            if self.proc.poll() not in (None, 0):
+                raise AssertionError(f"actor exited with {self.proc.returncode}")
+            time.sleep(0.01)
+        raise AssertionError(f"actor never reached {key!r}")
+
+    def finish(self) -> dict:
+        assert self.proc.wait(60) == 0
+        return self.record()
+
+
+def _window(rec: dict) -> tuple[int, int]:
+    return rec["acquired"], rec["synced"]
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    (a0, a1), (b0, b1) = _window(a), _window(b)
+    return a0 < b1 and b0 < a1
+
+
+def test_writers_hold_alone_and_readers_share(tmp_path: Path) -> None:
+    lock = tmp_path / "gpu0.lock"
+    go = tmp_path / "go"
+    readers = [Actor(lock, "read", 0.1, tmp_path / f"r{i}.json", "--until", str(go)) for i in range(4)]
+    for r in readers:
+        r.wait_for("acquired")
+    writers = [Actor(lock, "write", 0.3, tmp_path / f"w{i}.json", "--sync-s", "0.05") for i in range(2)]
+    for w in writers:
+        w.wait_for("asked")
+    time.sleep(0.2)
+    late = [Actor(lock, "read", 0.3, tmp_path / f"late{i}.json") for i in range(2)]
+    for r in late:
+        r.wait_for("asked")
+    time.sleep(0.2)
+    go.touch()
+    recs = [a.finish() for a in readers + writers + late]
+    r_recs, w_recs, late_recs = recs[:4], recs[4:6], recs[6:]
+    # The four readers that came first held the GPU together (a common instant).
+    assert max(r["acquired"] for r in r_recs) < min(r["synced"] for r in r_recs)
+    # A writer's window overlaps no other holder's window: readers, late readers, the other writer.
+    for w in w_recs:
+        for other in recs:
+            if other is not w:
+                assert not _overlap(w, other), (w, other)
+    # The late readers asked while both writers waited: they came in after the writers were served.
+    for r in late_recs:
+        assert r["acquired"] > max(w["synced"] for w in w_recs)
+
+
+def test_a_waiting_writer_goes_before_later_readers(tmp_path: Path) -> None:
+    lock = tmp_path / "gpu0.lock"
+    go = tmp_path / "go"
+    first = Actor(lock, "read", 0.0, tmp_path / "r1.json", "--sync-s", "0.3", "--until", str(go))
+    first.wait_for("acquired")
+    writer = Actor(lock, "write", 0.2, tmp_path / "w.json")
+    writer.wait_for("asked")
+    time.sleep(0.3)  # the writer now waits at the lock (its turnstile taken)
+    later = Actor(lock, "read", 0.1, tmp_path / "r2.json")
+    later.wait_for("asked")
+    time.sleep(0.3)  # the later reader waits too
+    assert "acquired" not in later.record(), "a later reader came in beside a waiting writer"
+    go.touch()
+    r1, w, r2 = first.finish(), writer.finish(), later.finish()
+    assert w["acquired"] > r1["synced"], "the writer came in before the reader's device sync ended"
+    assert r2["asked"] < w["acquired"] < r2["acquired"], "a later reader was served before the waiting writer"
+    assert not _overlap(w, r1) and not _overlap(w, r2)
+
+
+def test_no_upgrade_in_place(tmp_path: Path) -> None:
+    lock = tmp_path / "gpu0.lock"
+    h = rwlock.acquire(lock, rwlock.READ)
+    try:
+        with pytest.raises(RuntimeError, match="never upgraded"):
+            rwlock.acquire(lock, rwlock.WRITE)
+    finally:
+        h.release(sync=None)
+    with rwlock.hold(lock, rwlock.WRITE, sync=None) as w:  # released first: then a writer may come
+        assert w.held and w.kind == rwlock.WRITE
+    assert not w.held
+
+
+def test_a_killed_holder_leaves_the_lock_and_its_reservation_free(tmp_path: Path) -> None:
+    lock = tmp_path / "gpu0.lock"
+    holder = Actor(lock, "write", 60.0, tmp_path / "w.json", "--reserve", "80", "--budget", "100")
+    holder.wait_for("acquired")
+    assert ledger.reserved_bytes(lock) == 80
+    os.kill(holder.proc.pid, signal.SIGKILL)
+    holder.proc.wait(30)
+    reader = Actor(lock, "read", 0.0, tmp_path / "r.json", "--reserve", "80", "--budget", "100")
+    rec = reader.finish()
+    assert "admitted" in rec and "acquired" in rec
+    assert ledger.reserved_bytes(lock) == 0  # the dead holder's entry was dropped, the reader's given back
+
+
+def test_admission_refuses_beyond_the_budget_until_memory_is_released(tmp_path: Path) -> None:
+    lock = tmp_path / "gpu0.lock"
+    go = tmp_path / "go"
+    big = Actor(lock, "read", 0.0, tmp_path / "a.json", "--reserve", "60", "--budget", "100", "--until", str(go))
+    big.wait_for("acquired")
+    small = Actor(lock, "read", 0.0, tmp_path / "s.json", "--reserve", "30", "--budget", "100")
+    small.wait_for("acquired")  # 60 + 30 fit in 100: side by side
+    blocked = Actor(lock, "read", 0.0, tmp_path / "b.json", "--reserve", "50", "--budget", "100")
+    blocked.wait_for("asked")
+    time.sleep(0.5)
+    assert "admitted" not in blocked.record(), "admitted beyond the budget"
+    go.touch()
+    a, s, b = big.finish(), small.finish(), blocked.finish()
+    assert s["acquired"] < a["synced"], "two reservations that fit did not run side by side"
+    # 60 + 50 > 100 (and 60 + 30 + 50): admitted only once the 60 were given back.
+    assert b["admitted"] >= a["unreserved"]
+    assert ledger.reserved_bytes(lock) == 0
+
+
+def test_a_lone_reservation_is_admitted_even_above_the_budget(tmp_path: Path) -> None:
+    lock = tmp_path / "gpu0.lock"
+    r = ledger.reserve(lock, 500, 100, timeout_s=5)
+    assert r is not None and ledger.reserved_bytes(lock) == 500
+    r.release()
+    assert ledger.reserved_bytes(lock) == 0
