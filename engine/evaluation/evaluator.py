@@ -131,7 +131,8 @@ def forgery_finding(report: WorkerReport | None) -> Finding | None:
 
 
 class Evaluator:
-    """Runs evaluations one at a time per GPU (file lock) in fresh sandboxed workers.
+    """Runs evaluations in fresh sandboxed workers; their timed windows never overlap anything on the GPU
+    (the per-GPU reader/writer lock, engine/gpu/rwlock.py).
 
     `prewarm()` starts a spare worker ahead of time (torch imported, CUDA context created) so the
     next `evaluate()` pays no process start; each spare runs one evaluation only. Results of an

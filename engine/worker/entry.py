@@ -58,6 +58,10 @@ def main(argv: list[str]) -> int:
     phase("done")
     result["phases"] = dict(phases())
     with contextlib.suppress(Exception):
+        from cudaforge.engine.worker import gpu_share
+
+        result["phases"].update(gpu_share.seconds())  # held side by side / alone (not a step of its own)
+    with contextlib.suppress(Exception):
         from cudaforge.engine.worker import memory
 
         memory.finish(result)
@@ -97,8 +101,8 @@ SPARE_READY = "ready.json"
 
 @contextlib.contextmanager
 def _gpu_lock(path: str | None, has_job: Callable[[], bool] = lambda: False) -> Iterator[None]:
-    """Hold the per-GPU file lock (when one is given) for the spare's GPU warm-up only; announced jobs
-    (evaluations, profiles) take it first (engine/gpu/turns.py)."""
+    """Hold the per-GPU lock as a reader (when one is given) for the spare's GPU warm-up only; announced
+    jobs (evaluations, profiles) take it first (engine/gpu/turns.py)."""
     if not path:
         yield
         return

@@ -97,5 +97,10 @@ def release_all() -> None:
 
 
 def seconds() -> dict[str, float]:
-    """Seconds this worker held the GPU side by side and alone (for the result's phases)."""
-    return {"gpu_shared": round(_STATE["shared_s"], 4), "gpu_exclusive": round(_STATE["exclusive_s"], 4)}
+    """Seconds this worker held the GPU side by side (`gpu_shared`) and alone (`gpu_exclusive`) so far, the
+    current hold included; empty when it never held it (the CPU device)."""
+    totals = {"gpu_shared": _STATE["shared_s"], "gpu_exclusive": _STATE["exclusive_s"]}
+    hold = _STATE["hold"]
+    if hold is not None and hold.held:
+        totals["gpu_exclusive" if hold.kind == "write" else "gpu_shared"] += time.monotonic() - _STATE["since"]
+    return {k: round(v, 4) for k, v in totals.items()} if any(totals.values()) else {}
