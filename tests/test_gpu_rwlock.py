@@ -158,3 +158,28 @@ def test_a_lone_reservation_is_admitted_even_above_the_budget(tmp_path: Path) ->
     assert r is not None and ledger.reserved_bytes(lock) == 500
     r.release()
     assert ledger.reserved_bytes(lock) == 0
+
+
+def test_the_worker_switches_read_write_read_without_an_upgrade(tmp_path: Path) -> None:
+    """The worker's own sequence (engine/worker/gpu_share.py): reserve, read (checks), write (the timed
+    window: another process's reader waits), read again (it comes in beside us), then everything goes."""
+    from cudaforge.engine.worker import gpu_share
+
+    lock = tmp_path / "gpu0.lock"
+    gpu_share.reserve(str(lock), 40, lambda: 100, label="test")
+    gpu_share.read(str(lock))
+    gpu_share.write(str(lock))  # releases the read hold first: no deadlock with itself
+    other = Actor(lock, "read", 0.0, tmp_path / "r.json")
+    try:
+        other.wait_for("asked")
+        time.sleep(0.4)
+        assert "acquired" not in other.record(), "a reader came in during the timed window"
+        gpu_share.read(str(lock))
+        rec = other.finish()
+        assert "acquired" in rec
+        assert ledger.reserved_bytes(lock) == 40
+    finally:
+        gpu_share.release_all()
+    assert ledger.reserved_bytes(lock) == 0
+    held = gpu_share.seconds()
+    assert held["gpu_exclusive"] >= 0.4 and held["gpu_shared"] > 0

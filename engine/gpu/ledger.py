@@ -105,31 +105,32 @@ class Reservation:
             _write(self.lock_path, entries)
 
 
-def try_reserve(lock_path: str | os.PathLike[str], nbytes: int, budget: int | Callable[[], int],
-                label: str = "") -> bool:
-    """Reserve `nbytes` now if it fits beside the live reservations within `budget` (a callable is asked
-    only when the others do not leave `nbytes` trivially free); False when it does not fit."""
+def try_reserve(lock_path: str | os.PathLike[str], nbytes: int, budget: int, label: str = "") -> bool:
+    """Reserve `nbytes` now if it fits beside the live reservations within `budget`, or if no other process
+    has a live reservation; False when it does not fit."""
     me = os.getpid()
     with _guard(lock_path):
         entries = _live(_read(lock_path))
-        others = sum(e.nbytes for e in entries if e.pid != me)
-        ok = not any(e.pid != me for e in entries)
-        if not ok:
-            limit = budget() if callable(budget) else budget
-            ok = others + nbytes <= limit
+        others = [e for e in entries if e.pid != me]
+        ok = not others or sum(e.nbytes for e in others) + nbytes <= budget
         if ok:
             entries.append(Entry(pid=me, start=process_start(me), nbytes=int(nbytes), label=label, since=time.time()))
-            _write(lock_path, entries)
+        _write(lock_path, entries)  # also drops the dead processes' entries
         return ok
 
 
 def reserve(lock_path: str | os.PathLike[str], nbytes: int, budget: int | Callable[[], int], *, label: str = "",
             poll_s: float = 0.02, timeout_s: float | None = None) -> Reservation | None:
     """Wait until `nbytes` is admitted (see the module docstring) and return the reservation; None after
-    `timeout_s` without admission."""
+    `timeout_s` without admission. A callable `budget` is asked outside the record's lock, and only while
+    another process holds a reservation (alone, no budget is needed)."""
     start = time.monotonic()
-    while not try_reserve(lock_path, nbytes, budget, label):
+    me = os.getpid()
+    while True:
+        limit = budget if isinstance(budget, int) else \
+            (budget() if any(e.pid != me for e in live_entries(lock_path)) else 0)
+        if try_reserve(lock_path, nbytes, limit, label):
+            return Reservation(lock_path=os.fspath(lock_path), nbytes=int(nbytes), waited_s=time.monotonic() - start)
         if timeout_s is not None and time.monotonic() - start > timeout_s:
             return None
         time.sleep(poll_s)
-    return Reservation(lock_path=os.fspath(lock_path), nbytes=int(nbytes), waited_s=time.monotonic() - start)
