@@ -551,7 +551,9 @@ def _budget(job: EvalJob, device: Any) -> Any:
         from cudaforge.engine.gpu.lock import cudaforge_gpu_usage
 
         free = int(torch.cuda.mem_get_info(device)[0])
-        ours = cudaforge_gpu_usage(job.gpu)
+        # Under ncu no nvidia-smi child (ncu would inject itself into it): free memory alone, which counts
+        # our others' reservations twice where they already hold them (safe, only stricter).
+        ours = cudaforge_gpu_usage(job.gpu) if job.mode != "profile" else []
         return free + sum(ours) - CONTEXT_BYTES * len(ours)
 
     return budget
