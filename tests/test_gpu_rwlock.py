@@ -8,8 +8,10 @@ two such windows that overlap are two real holders at once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -183,3 +185,46 @@ def test_the_worker_switches_read_write_read_without_an_upgrade(tmp_path: Path) 
     assert ledger.reserved_bytes(lock) == 0
     held = gpu_share.seconds()
     assert held["gpu_exclusive"] >= 0.4 and held["gpu_shared"] > 0
+
+
+def test_a_real_worker_times_only_once_other_holders_are_gone(tmp_path: Path) -> None:
+    """The worker pipeline itself (CPU device, the CI task), given a GPU lock path: its timed window waits
+    for another process's read hold to end (phase timing_wait), and it records that it held the lock alone."""
+    from cudaforge.engine.candidate import load_candidate
+    from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
+    from cudaforge.engine.task import load_task
+
+    core = Path(__file__).parent / "core_tasks"
+    lock, go = tmp_path / "gpu0.lock", tmp_path / "go"
+    ev = Evaluator(EvalOptions(device="cpu", cache_dir=tmp_path / "cache", result_cache=False))
+    workdir, _, spec_path = ev.prepare(load_task(core / "task.py"), load_candidate(core / "correct.py"))
+    spec = json.loads(spec_path.read_text())
+    spec["gpu_lock_path"] = str(lock)
+    spec_path.write_text(json.dumps(spec))
+    (workdir / "sandbox").mkdir(exist_ok=True)  # the sandbox's folder (run here without the supervisor)
+    other = Actor(lock, "read", 0.0, tmp_path / "r.json", "--until", str(go))
+    other.wait_for("acquired")
+    worker = subprocess.Popen([sys.executable, "-m", "cudaforge.engine.worker", str(spec_path)], cwd=workdir)
+    progress = Path(spec["progress_path"])
+    try:
+        end = time.monotonic() + 600
+        while time.monotonic() < end and worker.poll() is None:
+            with contextlib.suppress(OSError, ValueError):
+                if json.loads(progress.read_text())["phase"] == "timing_wait":
+                    break
+            time.sleep(0.05)
+        assert worker.poll() is None, "the worker ended without waiting for its timed window"
+        time.sleep(0.5)
+        assert json.loads(progress.read_text())["phase"] == "timing_wait", "it timed beside another holder"
+        go.touch()
+        assert worker.wait(600) == 0
+    finally:
+        go.touch()
+        if worker.poll() is None:
+            worker.kill()
+    reader = other.finish()
+    result = json.loads((workdir / "result.json").read_text())
+    shutil.rmtree(workdir, ignore_errors=True)
+    assert result["outcome"] == "ok", result.get("message")
+    assert result["phases"]["timing_wait"] >= 0.5 and result["phases"]["gpu_exclusive"] > 0
+    assert reader["synced"] < time.monotonic_ns()
