@@ -13,7 +13,7 @@ import contextlib
 import time
 from typing import Any
 
-from cudaforge.engine.worker.harness import phase
+from cudaforge.engine.worker.harness import current_phase, phase
 
 _STATE: dict[str, Any] = {"hold": None, "reservation": None, "shared_s": 0.0, "exclusive_s": 0.0, "since": 0.0}
 BUDGET_TTL_S = 1.0  # the card's budget is re-read at most this often while a reservation waits
@@ -29,6 +29,7 @@ def _switch(lock_path: str | None, kind: str, wait_phase: str) -> None:
     release_hold()
     if not lock_path:
         return
+    resume = current_phase()
     phase(wait_phase)
     announce_job(lock_path)  # while it waits, idle spares' warm-ups let it go first (engine/gpu/turns.py)
     try:
@@ -36,6 +37,8 @@ def _switch(lock_path: str | None, kind: str, wait_phase: str) -> None:
     finally:
         withdraw_job(lock_path)
     _STATE["since"] = time.monotonic()
+    if resume and resume != wait_phase:
+        phase(resume)  # the wait is its own phase; what follows belongs to the step that asked
 
 
 def read(lock_path: str | None, wait_phase: str = "gpu_wait") -> None:
@@ -71,8 +74,11 @@ def reserve(lock_path: str | None, nbytes: int, budget: Any, label: str = "") ->
     from cudaforge.engine.gpu.ledger import reserve as ledger_reserve
 
     release_hold()  # never wait for memory while holding the GPU: the holders ahead could not finish
+    resume = current_phase()
     phase("memory_wait")
     _STATE["reservation"] = ledger_reserve(lock_path, nbytes, _cached(budget), label=label)
+    if resume and resume != "memory_wait":
+        phase(resume)
 
 
 def _cached(budget: Any) -> Any:

@@ -403,7 +403,6 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
             compiled_note = f"torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}"
         phase("timing")
     gpu_share.write(job.gpu_lock_path)  # the timed window holds the GPU alone (readers drained and synced)
-    phase("timing")
     try:
         samples = timer.event_times(fns, int(t["warmup"]), int(t["trials"]), warmup_ms=float(t.get("warmup_ms", 0.0)),
                                     min_time_ms=float(t.get("min_time_ms", 0.0)),
