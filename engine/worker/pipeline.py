@@ -89,8 +89,9 @@ def _device(job: EvalJob) -> Any:
         index = job.gpu
         if index >= torch.cuda.device_count():
             raise CandidateFailure("unavailable", f"GPU {index} does not exist ({torch.cuda.device_count()} visible)")
-        torch.cuda.set_device(index)
-        return torch.device("cuda", index)
+        device = torch.device("cuda", index)
+        create_context(job, device)  # setting the device may create the context: as a reader of the lock
+        return device
     return torch.device("cpu")
 
 
@@ -524,13 +525,17 @@ def create_context(job: EvalJob, device: Any) -> None:
     """Create this worker's CUDA context as a reader of the GPU lock (a spare did it in its warm-up):
     creating a context does device work, and it must not fall inside another evaluation's timing
     window; it may run beside other readers. The build that follows holds nothing."""
-    if device.type != "cuda" or GPU_STATE["context"]:
+    if device.type != "cuda":
         return
     import torch
 
+    if GPU_STATE["context"]:
+        torch.cuda.set_device(device)  # the spare's, made in its warm-up
+        return
     gpu_share.read(job.gpu_lock_path, "context_wait")
     try:
         phase("context")
+        torch.cuda.set_device(device)
         torch.zeros(1, device=device)
         torch.cuda.synchronize(device)
         GPU_STATE["context"] = True
@@ -602,8 +607,7 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
     result["numerics"] = {"reference": {"matmul_allow_tf32": False, "cudnn_allow_tf32": False,
                                         "float32_matmul_precision": "highest"},
                           "eager_baseline": default_numerics}
-    device = _device(job)
-    create_context(job, device)
+    device = _device(job)  # its CUDA context made as a reader of the GPU lock
     if device.type == "cuda":
         result["gpu_name"] = torch.cuda.get_device_name(device)
     mem = result.setdefault("memory", {})
@@ -678,8 +682,7 @@ def profile_run(job: EvalJob, result: dict[str, Any]) -> None:
     """Profile mode: run only the candidate's forward inside an NVTX range that ncu filters on."""
     import torch
 
-    device = _device(job)
-    create_context(job, device)
+    device = _device(job)  # its CUDA context made as a reader of the GPU lock
     recorder = BuildRecorder(Path(job.cache_dir) / "extensions" if job.cache_dir else None)
     recorder.install()
     task, init, model = load_task(job, device)
