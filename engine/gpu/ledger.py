@@ -110,12 +110,14 @@ def try_reserve(lock_path: str | os.PathLike[str], nbytes: int, budget: int, lab
     has a live reservation; False when it does not fit."""
     me = os.getpid()
     with _guard(lock_path):
-        entries = _live(_read(lock_path))
+        recorded = _read(lock_path)
+        entries = _live(recorded)
         others = [e for e in entries if e.pid != me]
         ok = not others or sum(e.nbytes for e in others) + nbytes <= budget
         if ok:
             entries.append(Entry(pid=me, start=process_start(me), nbytes=int(nbytes), label=label, since=time.time()))
-        _write(lock_path, entries)  # also drops the dead processes' entries
+        if ok or len(entries) != len(recorded):  # also drops the dead processes' entries
+            _write(lock_path, entries)
         return ok
 
 
