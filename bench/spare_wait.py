@@ -172,7 +172,8 @@ def main() -> int:
         return "—" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)
 
     if "session" in res:
-        print(f"\nscripted session, {args.task}, replies at once (seconds):")
+        where = args.task if args.device == "cuda" else "tests/core_tasks (CPU smoke)"
+        print(f"\nscripted session, {where}, replies at once (seconds):")
         print("| round | outcome | spare_wait | spare: python start | import | lock wait | context | CUPTI | "
               "hand-off | evaluate | profile |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
