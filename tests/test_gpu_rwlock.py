@@ -52,6 +52,28 @@ class Actor:
         return self.record()
 
 
+def _flocks(path: Path, kind: str, *, waiting: bool = False) -> int:
+    """How many flocks of `kind` (READ: shared, WRITE: exclusive) are held (or, `waiting`, asked for) on
+    `path`, from /proc/locks: how a test knows that a writer stands at the turnstile, not guesses it."""
+    inode = os.stat(path).st_ino
+    n = 0
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        blocked = len(fields) > 1 and fields[1] == "->"
+        fields = [f for f in fields if f != "->"]
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[3] == kind and blocked == waiting \
+                and fields[5].rsplit(":", 1)[-1] == str(inode):
+            n += 1
+    return n
+
+
+def _until(check, limit_s: float = 60.0) -> None:
+    end = time.monotonic() + limit_s
+    while not check():
+        assert time.monotonic() < end, "timed out waiting for the lock state"
+        time.sleep(0.01)
+
+
 def _window(rec: dict) -> tuple[int, int]:
     return rec["acquired"], rec["synced"]
 
@@ -68,13 +90,10 @@ def test_writers_hold_alone_and_readers_share(tmp_path: Path) -> None:
     for r in readers:
         r.wait_for("acquired")
     writers = [Actor(lock, "write", 0.3, tmp_path / f"w{i}.json", "--sync-s", "0.05") for i in range(2)]
-    for w in writers:
-        w.wait_for("asked")
-    time.sleep(0.2)
+    turnstile = rwlock.writers_path(lock)
+    _until(lambda: _flocks(turnstile, "READ") == 2)  # both writers stand at the turnstile
     late = [Actor(lock, "read", 0.3, tmp_path / f"late{i}.json") for i in range(2)]
-    for r in late:
-        r.wait_for("asked")
-    time.sleep(0.2)
+    _until(lambda: _flocks(turnstile, "WRITE", waiting=True) == 2)  # both late readers wait behind them
     go.touch()
     recs = [a.finish() for a in readers + writers + late]
     r_recs, w_recs, late_recs = recs[:4], recs[4:6], recs[6:]
@@ -96,11 +115,11 @@ def test_a_waiting_writer_goes_before_later_readers(tmp_path: Path) -> None:
     first = Actor(lock, "read", 0.0, tmp_path / "r1.json", "--sync-s", "0.3", "--until", str(go))
     first.wait_for("acquired")
     writer = Actor(lock, "write", 0.2, tmp_path / "w.json")
-    writer.wait_for("asked")
-    time.sleep(0.3)  # the writer now waits at the lock (its turnstile taken)
+    turnstile = rwlock.writers_path(lock)
+    _until(lambda: _flocks(turnstile, "READ") == 1)  # the writer waits at the lock, its turnstile taken
     later = Actor(lock, "read", 0.1, tmp_path / "r2.json")
-    later.wait_for("asked")
-    time.sleep(0.3)  # the later reader waits too
+    _until(lambda: _flocks(turnstile, "WRITE", waiting=True) == 1)  # the later reader waits too
+    time.sleep(0.2)
     assert "acquired" not in later.record(), "a later reader came in beside a waiting writer"
     go.touch()
     r1, w, r2 = first.finish(), writer.finish(), later.finish()
@@ -173,7 +192,7 @@ def test_the_worker_switches_read_write_read_without_an_upgrade(tmp_path: Path) 
     gpu_share.write(str(lock))  # releases the read hold first: no deadlock with itself
     other = Actor(lock, "read", 0.0, tmp_path / "r.json")
     try:
-        other.wait_for("asked")
+        _until(lambda: _flocks(rwlock.writers_path(lock), "WRITE", waiting=True) == 1)  # it waits
         time.sleep(0.4)
         assert "acquired" not in other.record(), "a reader came in during the timed window"
         gpu_share.read(str(lock))
