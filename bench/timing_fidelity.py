@@ -40,8 +40,9 @@ GATED_US = 50.0
 
 async def engine_runs(tasks: list[str], repeats: int, options: EvalOptions) -> dict[str, list[dict[str, Any]]]:
     """Three evaluators take turns: the next ones' spares warm up while the current one evaluates
-    (in a session a spare warms while the LLM thinks); each spare runs one evaluation only. GPU work
-    never overlaps (per-GPU lock); a warming spare only imports torch and creates its context."""
+    (in a session a spare warms while the LLM thinks); each spare runs one evaluation only. A timed
+    window never overlaps other GPU work (the per-GPU reader/writer lock); a warming spare only imports
+    torch and creates its context."""
     evs = [Evaluator(options) for _ in range(3)]
     evs[0].prewarm()
     evs[1].prewarm()
