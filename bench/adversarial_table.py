@@ -2,8 +2,9 @@
 table "candidate | hack | expected | got" (markdown) for bench/RESULTS.md, last.
 
 Usage: python bench/adversarial_table.py [--json OUT.json] [--parallel N]
-Builds and worker start-up overlap (up to --parallel evaluations); GPU phases are serialized by the
-per-GPU lock. About 1.5-2.5 min on an H200 (12 evaluations, NVRTC only, no nvcc builds).
+Up to --parallel evaluations in flight (`--parallel 8` for the GPU proof): builds, start-up and the
+checks run side by side (readers of the per-GPU lock, admitted by memory); the timed windows hold the
+GPU alone (docs/ARCHITECTURE.md, "Sharing the GPU"). About 1.5-2.5 min on an H200 (12 evaluations, NVRTC only, no nvcc builds).
 Exit code 0 when every candidate got its expected outcome and findings, else 1.
 """
 
@@ -102,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--gpu", type=int, default=0)
     args = ap.parse_args(argv)
+    if args.parallel < 1:
+        print("--parallel must be at least 1", file=sys.stderr)
+        return 2
     from cudaforge.engine.gpu.specs import gpu_spec_for_device
 
     profile = gpu_spec_for_device(args.gpu)

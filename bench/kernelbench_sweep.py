@@ -87,6 +87,8 @@ def row_of(path: Path, result: Any, wall_s: float) -> dict[str, Any]:
         "correctness_s": round(sum(phases.get(k, 0.0) for k in CHECK_PHASES), 3),
         "timing_s": round(phases.get("timing", 0.0), 3),
         "gpu_s": round(sum(phases.get(k, 0.0) for k in GPU_PHASES), 3),
+        "exclusive_s": round(phases.get("gpu_exclusive", 0.0), 3),  # held the GPU alone (timed windows)
+        "shared_s": round(phases.get("gpu_shared", 0.0), 3),  # held it side by side (checks, reference)
         "wall_s": round(wall_s, 3),
         "message": "" if expected_verdict(result) else result.message[:300],
         "phases": {k: round(v, 3) for k, v in phases.items()},
@@ -98,7 +100,7 @@ def failed_row(path: Path, message: str, wall_s: float) -> dict[str, Any]:
     return {"problem": name_of(path), "level": path.parent.name, "outcome": "task_error", "correct": False,
             "expected": False, "does_not_fit": False, "reference_peak_gib": None, "eval_peak_gib": None,
             "ratio": None, "bound_ok": None, "footprint_gib": None, "load_s": 0.0, "gpu_wait_s": 0.0,
-            "correctness_s": 0.0, "timing_s": 0.0, "gpu_s": 0.0, "wall_s": round(wall_s, 3), "message": message[:300],
+            "correctness_s": 0.0, "timing_s": 0.0, "gpu_s": 0.0, "exclusive_s": 0.0, "shared_s": 0.0, "wall_s": round(wall_s, 3), "message": message[:300],
             "phases": {}}
 
 
@@ -110,6 +112,7 @@ def format_row(r: dict[str, Any]) -> str:
     return (f"{verdict} {r['problem'][:44]:44s} {r['outcome']:17s} correct={'y' if r['correct'] else 'n'} "
             f"ref {g(r['reference_peak_gib']):>6s} GiB  peak {g(r['eval_peak_gib']):>6s} GiB  ratio {g(r['ratio']):>5s}"
             f"  load {r['load_s']:.1f}s checks {r['correctness_s']:.1f}s time {r['timing_s']:.1f}s gpu {r['gpu_s']:.1f}s"
+            f" alone {r.get('exclusive_s', 0.0):.1f}s shared {r.get('shared_s', 0.0):.1f}s"
             f" wall {r['wall_s']:.1f}s"
             + (f"  | {r['message']}" if r["message"] else ""))
 

@@ -11,9 +11,11 @@ Two pipelines over the same candidates, in one invocation:
   build dir, ncu metric-query cache per step), and for `inline` a KernelBench-style build
   (`#include <torch/extension.h>` in the .cu). Two examples.
 
-Phases: spawn (process start, torch import, CUDA context; for a spare only what was left), build
-(task load, candidate build, ModelNew init), correctness (trials, kernel check, GPU-lock wait),
-timing, profile (the whole ncu run), total (eval wall + profile wall).
+Phases: spawn (process start, torch import, CUDA context; for a spare only what was left; and the app's
+hand-over and read-back), build (task load, candidate build, ModelNew init), correctness (every check
+beside timing: placing, the reference, trials, kernel check, probes, shapes, and the GPU-lock waits),
+timing, profile (the whole ncu run), total (eval wall + profile wall). Each row's `spawn_parts` and
+`profile_parts` (JSON, and the medians printed last) say where spawn and profile went.
 
 Usage: python bench/round_latency.py [--ours relu,softmax,...] [--naive relu,softmax] [--json OUT]
 """
@@ -105,11 +107,18 @@ class NaiveProfiler(Profiler):
         return False
 
 
+CHECKS = ("place", "reference", "correctness", "kernels", "fallback", "cache_probes", "shapes")
+WAITS = ("gpu_wait", "context_wait", "memory_wait", "timing_wait")
+SPAWN_PARTS = ("python_start", "spare_wait", "spare_handoff", "start", "context")
+NOT_STEPS = ("gpu_shared", "gpu_exclusive", *(f"spare_{k}" for k in
+                                              ("python_start", "import", "lock_wait", "context", "cupti")))
+
+
 def phase_row(result: EvalResult, eval_wall: float, profile_wall: float) -> dict[str, float]:
     p = result.phases
     named = {
         "build": sum(p.get(k, 0.0) for k in ("load_task", "build", "init")),
-        "correctness": sum(p.get(k, 0.0) for k in ("correctness", "kernels", "gpu_wait")),
+        "correctness": sum(p.get(k, 0.0) for k in (*CHECKS, *WAITS)),  # every check beside timing, and the waits
         "timing": sum(p.get(k, 0.0) for k in ("timing", "compile_baseline")),
     }
     # Everything else of the evaluation's wall time is getting a worker to run: process and
@@ -118,6 +127,25 @@ def phase_row(result: EvalResult, eval_wall: float, profile_wall: float) -> dict
     named["profile"] = profile_wall
     named["total"] = eval_wall + profile_wall
     return named
+
+
+def spawn_parts(result: EvalResult, eval_wall: float) -> dict[str, float]:
+    """Where the spawn went: the worker's own start phases (a spare's wait and hand-off included) and the
+    app's side (hand-over, result read-back, the other-processes check: the rest of the wall time)."""
+    p = result.phases
+    parts = {k: round(p.get(k, 0.0), 4) for k in SPAWN_PARTS}
+    steps = sum(v for k, v in p.items() if k not in NOT_STEPS and k not in ("python_start", "spare_wait",
+                                                                             "spare_handoff"))
+    parts["app"] = round(max(0.0, eval_wall - steps - parts["spare_wait"] - parts["spare_handoff"]), 4)
+    return parts
+
+
+def profile_parts(profile: Any, profile_wall: float) -> dict[str, float]:
+    """Where the profile went: the profiled worker's phases and ncu's own time around it (the rest)."""
+    p = dict(profile.worker_phases or {})
+    steps = {k: round(v, 4) for k, v in p.items() if k not in NOT_STEPS}
+    steps["ncu_and_app"] = round(max(0.0, profile_wall - sum(steps.values())), 4)
+    return steps
 
 
 async def wait_ready(*spares: Any, limit_s: float = 120.0) -> float:
@@ -151,7 +179,8 @@ async def one_round(ev: Evaluator, prof: Profiler, task: Task, cand: Candidate, 
     return {"outcome": result.outcome, "message": result.message, "profile_ok": profile.ok,
             "profile_error": profile.error_kind, "profile_message": profile.message[:200],
             "kernels_profiled": len(profile.kernels), "phases": row, "worker_phases": result.phases,
-            "profile_worker_phases": profile.worker_phases,
+            "profile_worker_phases": profile.worker_phases, "spawn_parts": spawn_parts(result, eval_wall),
+            "profile_parts": profile_parts(profile, profile_wall),
             "compile_s": result.compile.seconds if result.compile else None, "warm_wait_s": round(warm_wait, 2)}
 
 
@@ -302,6 +331,12 @@ def main() -> int:
         for b in builds[who]:
             print(f"  {who:5s} {b['dir'][:40]:40s} " + ", ".join(f"{k}: {v:.1f}" for k, v in b["objects"].items()))
     print(f"ccache on PATH: {builds['ccache']}")
+    for key in ("spawn_parts", "profile_parts"):
+        rows = [r[key] for r in results["ours"] if r.get(key)]
+        names = sorted({k for r in rows for k in r})
+        if rows:
+            print(f"\nours, median {key.replace('_', ' ')} (s): " + ", ".join(
+                f"{k} {statistics.median(r.get(k, 0.0) for r in rows):.3f}" for k in names))
     print(f"\nbench wall {time.perf_counter() - start:.0f} s")
     path.write_text(json.dumps({"results": results, "builds": builds}, indent=2, default=str))
     shutil.rmtree(scratch, ignore_errors=True)

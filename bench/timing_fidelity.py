@@ -6,7 +6,10 @@ pre-warmed spare worker each time), then, in this process, `triton.testing.do_be
 median speedup agrees with do_bench's within 5 %, and the 5 engine measurements of the candidate's
 time spread by at most 3 % (max/min) when the kernel takes 50 µs or longer (shorter: reported only).
 
-Usage: python bench/timing_fidelity.py [--repeats 5] [--tasks relu,softmax] [--json OUT]
+Usage: python bench/timing_fidelity.py [--repeats 5] [--tasks relu,softmax] [--parallel 8] [--json OUT]
+`--parallel N` keeps N evaluations in flight (N evaluators, each with its spare): the timed windows still
+hold the GPU alone (the per-GPU reader/writer lock), everything else of the N runs side by side, so the
+gates then say whether timing stays true under load.
 Engine evaluations run first, do_bench last, so this process holds no CUDA context while the engine's
 workers time (it would be "another process on the GPU").
 """
@@ -37,8 +40,9 @@ GATED_US = 50.0
 
 async def engine_runs(tasks: list[str], repeats: int, options: EvalOptions) -> dict[str, list[dict[str, Any]]]:
     """Three evaluators take turns: the next ones' spares warm up while the current one evaluates
-    (in a session a spare warms while the LLM thinks); each spare runs one evaluation only. GPU work
-    never overlaps (per-GPU lock); a warming spare only imports torch and creates its context."""
+    (in a session a spare warms while the LLM thinks); each spare runs one evaluation only. A timed
+    window never overlaps other GPU work (the per-GPU reader/writer lock); a warming spare only imports
+    torch and creates its context."""
     evs = [Evaluator(options) for _ in range(3)]
     evs[0].prewarm()
     evs[1].prewarm()
@@ -54,11 +58,7 @@ async def engine_runs(tasks: list[str], repeats: int, options: EvalOptions) -> d
                 k += 1
                 evs[(k + 1) % 3].prewarm()
                 r = await ev.evaluate(task, cand, use_cache=False)
-                t = r.timing
-                rows.append({"outcome": r.outcome, "speedup": t.speedup if t else None,
-                             "ref_us": t.reference.median_ms * 1e3 if t else None,
-                             "cand_us": t.candidate.median_ms * 1e3 if t else None,
-                             "findings": [f"{f.severity}:{f.name}" for f in r.findings], "wall_s": ev.last_wall_s})
+                rows.append(_row(r, ev.last_wall_s))
                 print(f"engine {name} #{i}: {r.outcome} {r.message} ({ev.last_wall_s:.1f} s)", file=sys.stderr,
                       flush=True)
             out[name] = rows
@@ -66,6 +66,42 @@ async def engine_runs(tasks: list[str], repeats: int, options: EvalOptions) -> d
         for ev in evs:
             await ev.aclose()
     return out
+
+
+async def engine_runs_parallel(tasks: list[str], repeats: int, options: EvalOptions,
+                               parallel: int) -> dict[str, list[dict[str, Any]]]:
+    """Every (task, repeat) evaluation with `parallel` in flight: one Evaluator per slot, each with a
+    spare that is replaced as soon as it takes its job."""
+    work = [(name, i) for i in range(repeats) for name in tasks]
+    loaded = {name: (load_task(EXAMPLES / name / "task.py"), load_candidate(EXAMPLES / name / "nvrtc.py"))
+              for name in tasks}
+    out: dict[str, list[dict[str, Any]]] = {name: [] for name in tasks}
+    evs = [Evaluator(options) for _ in range(max(1, parallel))]
+
+    async def slot(ev: Evaluator) -> None:
+        ev.prewarm()
+        while work:
+            name, i = work.pop(0)
+            task, cand = loaded[name]
+            r = await ev.evaluate(task, cand, use_cache=False)
+            out[name].append(_row(r, ev.last_wall_s))
+            print(f"engine {name} #{i}: {r.outcome} {r.message} ({ev.last_wall_s:.1f} s)", file=sys.stderr,
+                  flush=True)
+
+    try:
+        await asyncio.gather(*(slot(ev) for ev in evs))
+    finally:
+        for ev in evs:
+            await ev.aclose()
+    return out
+
+
+def _row(r: Any, wall_s: float) -> dict[str, Any]:
+    t = r.timing
+    return {"outcome": r.outcome, "speedup": t.speedup if t else None,
+            "ref_us": t.reference.median_ms * 1e3 if t else None,
+            "cand_us": t.candidate.median_ms * 1e3 if t else None,
+            "findings": [f"{f.severity}:{f.name}" for f in r.findings], "wall_s": wall_s}
 
 
 def _import(path: Path, name: str) -> Any:
@@ -151,13 +187,18 @@ def main() -> int:
     ap.add_argument("--tasks", default="")
     ap.add_argument("--json", default="")
     ap.add_argument("--cache-dir", default="")
+    ap.add_argument("--parallel", type=int, default=1, help="evaluations in flight (1: one at a time)")
     args = ap.parse_args()
+    if args.parallel < 1 or args.repeats < 1:
+        print("--parallel and --repeats must be at least 1", file=sys.stderr)
+        return 2
     tasks = [t for t in args.tasks.split(",") if t] or sorted(p.parent.name for p in EXAMPLES.glob("*/nvrtc.py"))
     options = EvalOptions(device="cuda")
     if args.cache_dir:
         options = EvalOptions(device="cuda", cache_dir=Path(args.cache_dir))
     start = time.perf_counter()
-    engine = asyncio.run(engine_runs(tasks, args.repeats, options))
+    engine = asyncio.run(engine_runs(tasks, args.repeats, options) if args.parallel == 1
+                         else engine_runs_parallel(tasks, args.repeats, options, args.parallel))
     bench = {}
     for name in tasks:
         try:
@@ -166,11 +207,12 @@ def main() -> int:
             print(f"do_bench {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
     rows = summarize(engine, bench)
     print(table(rows))
-    print(f"\n{len(tasks)} tasks × {args.repeats} engine runs + do_bench in {time.perf_counter() - start:.0f} s")
+    print(f"\n{len(tasks)} tasks × {args.repeats} engine runs ({args.parallel} in flight) + do_bench in {time.perf_counter() - start:.0f} s")
     path = Path(args.json) if args.json else ROOT / "bench" / "results" / \
         f"{datetime.date.today().isoformat()}-timing_fidelity.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"rows": rows, "engine": engine, "do_bench": bench}, indent=2, default=str))
+    path.write_text(json.dumps({"rows": rows, "engine": engine, "do_bench": bench, "parallel": args.parallel},
+                               indent=2, default=str))
     return 0
 
 

@@ -34,7 +34,7 @@ from cudaforge.engine.task import Task
 from cudaforge.engine.worker.job import EvalJob, Mode, WorkerReport
 
 PHASE_GROUPS = {
-    "gpu_wait_s": ("gpu_wait", "context_wait"),
+    "gpu_wait_s": ("gpu_wait", "context_wait", "timing_wait", "memory_wait"),
     "load_s": ("start", "context", "load_task", "build", "init"),
     "correctness_s": ("place", "reference", "correctness", "kernels", "fallback", "cache_probes", "shapes"),
     "timing_s": ("timing", "compile_baseline"),
@@ -140,7 +140,8 @@ def forgery_finding(report: WorkerReport | None) -> Finding | None:
 
 
 class Evaluator:
-    """Runs evaluations one at a time per GPU (file lock) in fresh sandboxed workers.
+    """Runs evaluations in fresh sandboxed workers; their timed windows never overlap anything on the GPU
+    (the per-GPU reader/writer lock, engine/gpu/rwlock.py).
 
     `prewarm()` starts a spare worker ahead of time (torch imported, CUDA context created) so the
     next `evaluate()` pays no process start; each spare runs one evaluation only. Results of an

@@ -45,7 +45,7 @@ class Profiler:
         limits = {p: float(self.settings.timeout_s) for p in ("start", "load_task", "build", "init", "gpu_wait",
                                                               "profile")}
         limits["build"] = self.evaluator.options.load_s
-        limits["gpu_wait"] = GPU_WAIT_S
+        limits.update(gpu_wait=GPU_WAIT_S, memory_wait=GPU_WAIT_S)
         return limits
 
     def _prepare(self, ncu: str, target: list[str]) -> PreparedProfile:

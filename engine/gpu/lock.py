@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -54,6 +55,32 @@ def is_cudaforge_process(pid: int) -> bool:
     return any(item.startswith(MARKER_VAR.encode() + b"=") for item in environ.split(b"\0"))
 
 
+def process_start(pid: int) -> str:
+    """The start time of `pid` (clock ticks since boot, /proc/PID/stat field 22; "" when unreadable): with
+    the pid, it names one process, so a record of a dead process is not taken for a later one with its pid."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def process_alive(pid: int, start: str = "") -> bool:
+    """Whether `pid` runs (not a zombie) and, when `start` is given, is still the process that had it."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(OSError, IndexError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+        if fields[0] == "Z":  # exited, not yet reaped by its supervisor: it no longer holds anything
+            return False
+        if start and fields[19] != start:
+            return False
+    return True
+
+
 def process_command(pid: int, limit: int = 120) -> str:
     """The command line of `pid` (shortened), or "" when it cannot be read."""
     try:
@@ -75,12 +102,18 @@ def _compute_apps(gpu: int) -> list[dict[str, object]]:
     return parse_compute_apps(out)
 
 
+def cudaforge_gpu_usage(gpu: int) -> list[int]:
+    """Device memory (bytes) of each of this user's other cudaforge workers and spares on `gpu` (empty when
+    nvidia-smi cannot tell)."""
+    me = os.getpid()
+    return [int(row["memory_mib"] or 0) << 20 for row in _compute_apps(gpu)  # type: ignore[call-overload]
+            if row["pid"] != me and is_cudaforge_process(int(row["pid"]))]  # type: ignore[call-overload]
+
+
 def cudaforge_gpu_bytes(gpu: int) -> int:
     """Device memory that this user's other cudaforge workers and spares hold on `gpu` (0 when nvidia-smi
     cannot tell): they free it before they give the GPU lock up, so a fit check counts it as free."""
-    me = os.getpid()
-    return sum(int(row["memory_mib"] or 0) << 20 for row in _compute_apps(gpu)  # type: ignore[call-overload]
-               if row["pid"] != me and is_cudaforge_process(int(row["pid"])))  # type: ignore[call-overload]
+    return sum(cudaforge_gpu_usage(gpu))
 
 
 def foreign_gpu_processes(gpu: int, exclude: Iterable[int] = ()) -> list[dict[str, object]]:

@@ -1,14 +1,12 @@
 """Jobs before warm-ups at the per-GPU lock.
 
-The per-GPU file lock (engine/gpu/lock.py) serialises everything that touches the GPU: evaluations,
-profiles and the GPU part of a spare's warm-up (CUDA context, CUPTI). A flock has no order, so a
-spare that warms up for a *later* round could take the lock between this round's evaluation and its
-profile and delay the profile by its whole warm-up (context creation, CUPTI start: seconds on an
-H200). So a process with a job announces it (a file named after its pid in `<lock>.jobs/`) from the
-moment it has the job until it holds the lock, and an idle spare takes the lock for its warm-up
-only while no live job is announced. A spare that is handed a job while it warms announces that
-job and stops yielding. Announcements of dead processes are ignored (and removed); an idle spare
-yields at most `max_yield_s`, so a stale file can delay a warm-up, never stop it.
+A spare's warm-up (CUDA context creation) is a reader of the per-GPU lock (engine/gpu/rwlock.py): it runs
+side by side with other readers and never inside a timed window. Among readers, a job goes first: a process
+with a job announces it (a file named after its pid in `<lock>.jobs/`) while it waits at the GPU lock, and
+an idle spare takes its read hold only while no live job is announced, so a warm-up for a *later* round
+never sits between this round's job and the GPU. A spare that is handed a job while it warms announces that
+job and stops yielding. Announcements of dead processes are ignored (and removed); an idle spare yields at
+most `max_yield_s`, so a stale file can delay a warm-up, never stop it.
 """
 
 from __future__ import annotations
@@ -18,6 +16,8 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from cudaforge.engine.gpu.lock import process_alive
 
 _ANNOUNCED: list[Path] = []
 
@@ -48,19 +48,6 @@ def withdraw_job(lock_path: str | os.PathLike[str] | None = None) -> None:
             _ANNOUNCED.remove(path)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped by its supervisor) no longer wants anything.
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
-    return True
-
-
 def jobs_waiting(lock_path: str | os.PathLike[str]) -> bool:
     """Whether a live process other than this one has announced a job for this lock."""
     try:
@@ -75,7 +62,7 @@ def jobs_waiting(lock_path: str | os.PathLike[str]) -> bool:
             continue
         if pid == me:
             continue
-        if _alive(pid):
+        if process_alive(pid):
             return True
         with contextlib.suppress(OSError):
             entry.unlink()
@@ -85,28 +72,25 @@ def jobs_waiting(lock_path: str | os.PathLike[str]) -> bool:
 @contextlib.contextmanager
 def warmup_turn(lock_path: str, has_job: Callable[[], bool], *, max_yield_s: float = 30.0,
                 poll_s: float = 0.02) -> Iterator[float]:
-    """Hold the GPU lock for a spare's warm-up, letting announced jobs go first; yields the seconds
-    spent waiting. Once this spare has a job itself it announces it and waits like any job."""
-    from filelock import FileLock, Timeout
+    """Hold the GPU lock as a reader for a spare's warm-up, letting announced jobs go first; yields the
+    seconds spent waiting. Once this spare has a job itself it announces it and waits like any job. The
+    hold is released after the device is synchronized (rwlock.Hold.release)."""
+    from cudaforge.engine.gpu.rwlock import READ, acquire
 
-    lock = FileLock(lock_path)
     start = time.monotonic()
     while True:
         if has_job() or time.monotonic() - start > max_yield_s:
             if has_job():
                 announce_job(lock_path)
-            lock.acquire()
+            hold = acquire(lock_path, READ)
             break
         if not jobs_waiting(lock_path):
-            try:
-                lock.acquire(timeout=poll_s)
-            except Timeout:
-                continue
+            hold = acquire(lock_path, READ)
             if not jobs_waiting(lock_path) or has_job():
                 break
-            lock.release()  # a job was announced while we took it: it goes first
+            hold.release(sync=None)  # a job was announced while we took it (no device work yet): it goes first
         time.sleep(poll_s)
     try:
         yield time.monotonic() - start
     finally:
-        lock.release()
+        hold.release()

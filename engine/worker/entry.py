@@ -28,11 +28,9 @@ from cudaforge.engine.worker.job import EvalJob, WorkerReport
 def main(argv: list[str]) -> int:
     job = EvalJob.from_dict(json.loads(Path(argv[0]).read_text()))
     set_progress(Path(job.progress_path))
-    if job.gpu_lock_path:
-        from cudaforge.engine.gpu.turns import announce_job
-
-        announce_job(job.gpu_lock_path)  # a job: idle spares let it take the GPU lock first
     result_path = Path(job.result_path)
+    if "spare_wait" not in phases():  # a fresh worker: how long Python took to get here (a spare's is its warm-up's)
+        phases()["python_start"] = round(process_age(), 4)
     phase("start")
     result: dict[str, Any] = {"phases": phases(), "findings": [], "numerics": {}}
     try:
@@ -63,6 +61,10 @@ def main(argv: list[str]) -> int:
     phase("done")
     result["phases"] = dict(phases())
     with contextlib.suppress(Exception):
+        from cudaforge.engine.worker import gpu_share
+
+        result["phases"].update(gpu_share.seconds())  # held side by side / alone (not a step of its own)
+    with contextlib.suppress(Exception):
         from cudaforge.engine.worker import memory
 
         memory.finish(result)
@@ -87,14 +89,23 @@ def _typed(result: dict[str, Any]) -> dict[str, Any]:
                             traceback=traceback.format_exc(), phases=dict(phases())).to_dict()
 
 
+def process_age() -> float:
+    """Seconds since this process started (the kernel's start time of it; 0.0 where /proc cannot tell)."""
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[-1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    return 0.0
+
+
 SPARE_JOB = "job.json"
 SPARE_READY = "ready.json"
 
 
 @contextlib.contextmanager
 def _gpu_lock(path: str | None, has_job: Callable[[], bool] = lambda: False) -> Iterator[None]:
-    """Hold the per-GPU file lock (when one is given) for the spare's GPU warm-up only; announced jobs
-    (evaluations, profiles) take it first (engine/gpu/turns.py)."""
+    """Hold the per-GPU lock as a reader (when one is given) for the spare's GPU warm-up only; announced
+    jobs (evaluations, profiles) take it first (engine/gpu/turns.py)."""
     if not path:
         yield
         return
@@ -119,6 +130,7 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
     job = root / SPARE_JOB
     steps: dict[str, float] = {}  # where the warm-up's seconds go (ready.json), for benches and tests
     mark = [warm_start]
+    steps["python_start_s"] = round(process_age(), 4)  # exec to here: the interpreter and its site imports
 
     def step(name: str) -> None:
         now = time.perf_counter()
@@ -159,21 +171,22 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
     ready = {"pid": os.getpid(), "warm_s": round(time.perf_counter() - warm_start, 4), "device": device,
              "steps": steps}
     write_result(root / SPARE_READY, ready)
+    ready_at = time.time()
     phase("idle")
     while not job.exists():
         if os.getppid() != parent:  # the supervisor is gone: nobody will ever send a job
             os._exit(3)
         time.sleep(0.002)
+    seen = time.time()
     spec_path = json.loads(job.read_text())["spec"]
-    if lock_path:
-        from cudaforge.engine.gpu.turns import announce_job
-
-        announce_job(lock_path)  # from now until it holds the lock, idle spares' warm-ups wait for it
-    waited = 0.0  # how long the job waited for this spare to finish warming up
+    waited = handoff = 0.0  # how long the job waited for this spare to finish warming up; to be noticed
     with contextlib.suppress(OSError):
-        waited = max(0.0, time.time() - job.stat().st_mtime - 0.002)
+        submitted = job.stat().st_mtime
+        waited = max(0.0, ready_at - submitted)
+        handoff = max(0.0, seen - max(submitted, ready_at))
     reset_phases()
     phases()["spare_wait"] = round(waited, 4)
+    phases()["spare_handoff"] = round(handoff, 4)
     # Where this spare's warm-up went (bench/spare_wait.py reads them from eval.json).
     phases().update({f"spare_{k[:-2]}": v for k, v in ready["steps"].items()})
     return main([spec_path])

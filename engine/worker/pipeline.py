@@ -18,7 +18,7 @@ from cudaforge.engine.integrity.outputs import check_cache_reuse
 from cudaforge.engine.integrity.static import source_findings
 from cudaforge.engine.observe import custom_launches, reset_launches
 from cudaforge.engine.results import Finding, to_dict
-from cudaforge.engine.worker import memory, triton_support
+from cudaforge.engine.worker import gpu_share, memory, triton_support
 from cudaforge.engine.worker.compare import DEFAULT_TOLERANCE, compare_output, flatten_outputs
 from cudaforge.engine.worker.failures import CandidateFailure, TaskFailure
 from cudaforge.engine.worker.harness import (
@@ -89,8 +89,9 @@ def _device(job: EvalJob) -> Any:
         index = job.gpu
         if index >= torch.cuda.device_count():
             raise CandidateFailure("unavailable", f"GPU {index} does not exist ({torch.cuda.device_count()} visible)")
-        torch.cuda.set_device(index)
-        return torch.device("cuda", index)
+        device = torch.device("cuda", index)
+        create_context(job, device)  # setting the device may create the context: as a reader of the lock
+        return device
     return torch.device("cpu")
 
 
@@ -407,6 +408,7 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
         except Exception as exc:
             compiled_note = f"torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}"
         phase("timing")
+    gpu_share.write(job.gpu_lock_path)  # the timed window holds the GPU alone (readers drained and synced)
     try:
         samples = timer.event_times(fns, int(t["warmup"]), int(t["trials"]), warmup_ms=float(t.get("warmup_ms", 0.0)),
                                     min_time_ms=float(t.get("min_time_ms", 0.0)),
@@ -418,6 +420,7 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
         raise
     except Exception as exc:
         raise classify_exception(exc, "timing") from None
+    gpu_share.read(job.gpu_lock_path, "gpu_wait")  # back to side-by-side work (the release syncs first)
     method = "cuda_event" if device.type == "cuda" else "perf_counter"
     ref_s, cand_s = stats(samples["reference"], method), stats(samples["candidate"], method)
     interpreted = job.format == "triton" and triton_support.interpreting()
@@ -524,58 +527,79 @@ GPU_STATE = {"context": False}  # set by a spare that created its CUDA context d
 
 
 def create_context(job: EvalJob, device: Any) -> None:
-    """Create this worker's CUDA context in a turn at the GPU lock (a spare did it in its warm-up):
+    """Create this worker's CUDA context as a reader of the GPU lock (a spare did it in its warm-up):
     creating a context does device work, and it must not fall inside another evaluation's timing
-    window. The turn ends with the context; the build that follows overlaps other evaluations."""
-    if device.type != "cuda" or GPU_STATE["context"]:
+    window; it may run beside other readers. The build that follows holds nothing."""
+    if device.type != "cuda":
         return
     import torch
 
-    lock = None
-    if job.gpu_lock_path:
-        from filelock import FileLock
-
-        phase("context_wait")
-        lock = FileLock(job.gpu_lock_path)
-        lock.acquire()  # this job is announced (entry.main): idle spares' warm-ups let it go first
+    if GPU_STATE["context"]:
+        torch.cuda.set_device(device)  # the spare's, made in its warm-up
+        return
+    gpu_share.read(job.gpu_lock_path, "context_wait")
     try:
         phase("context")
+        torch.cuda.set_device(device)
         torch.zeros(1, device=device)
         torch.cuda.synchronize(device)
         GPU_STATE["context"] = True
     finally:
-        if lock is not None:
-            lock.release()
+        gpu_share.release_hold()
 
 
-_HELD_LOCKS: list[Any] = []
+CONTEXT_BYTES = 768 << 20  # one CUDA context (+ its module images) of each of our processes on the card
+
+
+def _budget(job: EvalJob, device: Any) -> Any:
+    """The bytes our evaluations may reserve together on this card: its free memory plus what our other
+    processes hold now (their reservations are counted instead), less one context per process of ours."""
+    import torch
+
+    def budget() -> int:
+        from cudaforge.engine.gpu.lock import cudaforge_gpu_usage
+
+        free = int(torch.cuda.mem_get_info(device)[0])
+        # Under ncu no nvidia-smi child (ncu would inject itself into it): free memory alone, which counts
+        # our others' reservations twice where they already hold them (safe, only stricter).
+        ours = cudaforge_gpu_usage(job.gpu) if job.mode != "profile" else []
+        return free + sum(ours) - CONTEXT_BYTES * len(ours)
+
+    return budget
+
+
+def _reservation_bytes(job: EvalJob, task: Any, init: list[Any], mem: dict[str, Any]) -> int:
+    """The evaluation's memory estimate (the memory rule's, engine/worker/memory.py), under the cap when set."""
+    if "footprint_bytes" not in mem:
+        mem.update(memory.meta_footprint(task, init, job.seed, _float_dtype(job.precision)))
+    need = int(memory.needed_bytes(int(mem["footprint_bytes"])))
+    cap = memory.CAP.get("bytes")
+    return min(need, int(cap)) if cap else need
 
 
 def release_gpu() -> None:
-    """Free this worker's device memory, then let the GPU lock go: the next evaluation must find the card
-    free. Memory the candidate still holds (a module-level cache) goes with the process: the lock then
-    stays held until the worker exits."""
+    """Free this worker's device memory, then let the GPU lock and the memory reservation go. Memory the
+    candidate still holds (a module-level cache) goes with the process: the reservation then stays until
+    the worker exits (a dead process's reservation is dropped)."""
     memory.release()
     if memory.held_bytes() > memory.SLACK_BYTES // 4:
+        gpu_share.release_hold()
         return
-    while _HELD_LOCKS:
-        _HELD_LOCKS.pop().release()
+    gpu_share.release_all()
 
 
-def _acquire_gpu(job: EvalJob) -> None:
-    """Take the per-GPU file lock after the build, so builds run in parallel but GPU work never overlaps."""
-    path = job.gpu_lock_path
-    if not path:
+def _acquire_gpu(job: EvalJob, task: Any, init: list[Any], device: Any, mem: dict[str, Any], *,
+                 exclusive: bool = False) -> None:
+    """After the build (builds run side by side): reserve the evaluation's memory, then hold the GPU as a
+    reader, or alone for an ncu run (`exclusive`)."""
+    if not job.gpu_lock_path or device.type != "cuda":
         return
-    phase("gpu_wait")
-    from filelock import FileLock
-
-    lock = FileLock(path)
-    lock.acquire()
-    _HELD_LOCKS.append(lock)  # released when the worker process exits
-    from cudaforge.engine.gpu.turns import withdraw_job
-
-    withdraw_job(path)
+    gpu_share.reserve(job.gpu_lock_path, _reservation_bytes(job, task, init, mem), _budget(job, device),
+                      label=f"{job.mode} {memory.task_name(job.task_path)}")
+    if exclusive:
+        gpu_share.write(job.gpu_lock_path, "gpu_wait")
+    else:
+        gpu_share.read(job.gpu_lock_path, "gpu_wait")
 
 
 def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
@@ -588,8 +612,7 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
     result["numerics"] = {"reference": {"matmul_allow_tf32": False, "cudnn_allow_tf32": False,
                                         "float32_matmul_precision": "highest"},
                           "eager_baseline": default_numerics}
-    device = _device(job)
-    create_context(job, device)
+    device = _device(job)  # its CUDA context made as a reader of the GPU lock
     if device.type == "cuda":
         result["gpu_name"] = torch.cuda.get_device_name(device)
     mem = result.setdefault("memory", {})
@@ -611,9 +634,10 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
     if subclassed is not None:
         findings.append(subclassed)
     findings.extend(source_checks)
-    _acquire_gpu(job)
+    _acquire_gpu(job, task, init, device, mem)
     phase("place")
-    memory.recheck_fit(job, device, mem)  # the memory our other evaluations held is free now
+    if not job.gpu_lock_path:  # else the reservation was admitted against the card (engine/gpu/ledger.py)
+        memory.recheck_fit(job, device, mem)
     model, model_new = _place_both(job, model, model_new, device)
     result["copied_parameters"] = copy_parameters(model, model_new)
     phase("reference")  # the reference's own peak is the first step of the checks
@@ -663,13 +687,12 @@ def profile_run(job: EvalJob, result: dict[str, Any]) -> None:
     """Profile mode: run only the candidate's forward inside an NVTX range that ncu filters on."""
     import torch
 
-    device = _device(job)
-    create_context(job, device)
+    device = _device(job)  # its CUDA context made as a reader of the GPU lock
     recorder = BuildRecorder(Path(job.cache_dir) / "extensions" if job.cache_dir else None)
     recorder.install()
     task, init, model = load_task(job, device)
     model_new, _ = build_candidate(job, recorder, task, init, device)
-    _acquire_gpu(job)
+    _acquire_gpu(job, task, init, device, {}, exclusive=True)  # the whole ncu run holds the GPU alone
     model, model_new = _place_both(job, model, model_new, device)
     copy_parameters(model, model_new)
     inputs = make_inputs(task, job.seed, device, _float_dtype(job.precision))

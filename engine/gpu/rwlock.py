@@ -1,0 +1,140 @@
+"""The per-GPU reader/writer lock across processes: only timed windows and ncu runs hold the GPU alone.
+
+Two flock files per GPU (docs/ARCHITECTURE.md, "Sharing the GPU"):
+- `gpuN.lock`: readers hold it shared, writers exclusive.
+- `gpuN.lock.writers`: the writers' turnstile. A writer holds it *shared* from the moment it wants the GPU
+  until it lets the GPU go; a reader takes it *exclusive* for an instant (no writer waiting or holding),
+  takes `gpuN.lock` shared under it, and lets it go. So a waiting writer blocks every later reader (writer
+  preference: timing is never starved), and no reader ever holds the GPU lock while a writer holds it.
+
+A hold is never converted from shared to exclusive (flock's conversion is not atomic: another process can
+take the lock in between): a process that wants to write releases its read hold and acquires a write hold.
+A reader synchronizes its device before it releases (the `sync` callable), so none of its queued kernels
+runs into the next timed window. Locks of a dead process go with it (the kernel drops its flocks), so a
+crashed worker never leaves the GPU locked. File descriptors are close-on-exec: a build tool started under
+a hold does not keep it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+READ = "read"
+WRITE = "write"
+_HELD: list[Hold] = []  # this process's live holds: a write hold under a read hold would wait for itself
+
+
+def writers_path(lock_path: str | os.PathLike[str]) -> Path:
+    """The writers' turnstile beside the GPU lock."""
+    return Path(f"{os.fspath(lock_path)}.writers")
+
+
+def _open(path: Path) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+
+def _flock(fd: int, op: int) -> None:
+    while True:
+        try:
+            fcntl.flock(fd, op)
+            return
+        except InterruptedError:  # a signal during a blocking wait: wait on
+            continue
+
+
+def device_sync() -> None:
+    """Wait for this process's queued device work (CUDA only, and only when torch already runs CUDA here):
+    what a reader does before it lets the GPU go."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    with contextlib.suppress(Exception):
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+
+
+@dataclass(eq=False)
+class Hold:
+    """One read or write hold of a GPU lock; `waited_s` is how long it waited for it."""
+
+    kind: str
+    lock_path: str
+    waited_s: float
+    _fds: list[int] = field(default_factory=list, repr=False)
+
+    @property
+    def held(self) -> bool:
+        return bool(self._fds)
+
+    def release(self, sync: Callable[[], None] | None = device_sync) -> None:
+        """Let the GPU go: first the device's queued work (`sync`), then the GPU lock, then (a writer) the
+        turnstile, so waiting readers come in only once the timed window is over."""
+        if not self._fds:
+            return
+        try:
+            if sync is not None:
+                sync()
+        finally:
+            fds, self._fds = self._fds, []
+            with contextlib.suppress(ValueError):
+                _HELD.remove(self)
+            for fd in fds:  # the GPU lock first, then the turnstile
+                with contextlib.suppress(OSError):
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+
+def acquire(lock_path: str | os.PathLike[str], kind: str) -> Hold:
+    """Block until this process holds the GPU lock as a reader (side by side with other readers) or a
+    writer (alone); see the module docstring for the protocol."""
+    if kind not in (READ, WRITE):
+        raise ValueError(f"a GPU hold is {READ!r} or {WRITE!r}, not {kind!r}")
+    path = Path(lock_path)
+    if kind == WRITE and any(h.lock_path == os.fspath(path) and h.held for h in _HELD):
+        raise RuntimeError("a write hold was asked while this process holds the GPU lock: release it first "
+                           "(a hold is never upgraded)")
+    start = time.monotonic()
+    turnstile = _open(writers_path(path))
+    main = _open(path)
+    try:
+        if kind == WRITE:
+            _flock(turnstile, fcntl.LOCK_SH)  # from now on no new reader comes in
+            _flock(main, fcntl.LOCK_EX)  # wait for the readers already in (and other writers)
+            fds = [main, turnstile]
+        else:
+            _flock(turnstile, fcntl.LOCK_EX)  # no writer waits or holds
+            try:
+                _flock(main, fcntl.LOCK_SH)  # immediate: a writer that holds the lock also holds the turnstile
+            finally:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+            os.close(turnstile)
+            fds = [main]
+    except BaseException:
+        for fd in (main, turnstile):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        raise
+    h = Hold(kind=kind, lock_path=os.fspath(path), waited_s=time.monotonic() - start, _fds=fds)
+    _HELD.append(h)
+    return h
+
+
+@contextlib.contextmanager
+def hold(lock_path: str | os.PathLike[str], kind: str,
+         sync: Callable[[], None] | None = device_sync) -> Iterator[Hold]:
+    """`with hold(path, "read"):` ... the hold is released (after `sync`) on leaving the block."""
+    h = acquire(lock_path, kind)
+    try:
+        yield h
+    finally:
+        h.release(sync)

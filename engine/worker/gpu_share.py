@@ -1,0 +1,112 @@
+"""This worker's place at the shared GPU: its memory reservation and its current read or write hold.
+
+The worker's GPU steps (engine/worker/pipeline.py) say what they are: `read()` before side-by-side work
+(context, placing, the reference, correctness, probes, shapes), `write()` before a timed window or an ncu
+run. Switching releases the current hold first (after a device sync) and then waits for the other kind:
+never an upgrade in place (engine/gpu/rwlock.py). The memory estimate is reserved once, before the first
+hold that needs it, and given back when the worker lets the GPU go (engine/gpu/ledger.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+from cudaforge.engine.worker.harness import current_phase, phase
+
+_STATE: dict[str, Any] = {"hold": None, "reservation": None, "shared_s": 0.0, "exclusive_s": 0.0, "since": 0.0}
+BUDGET_TTL_S = 1.0  # the card's budget is re-read at most this often while a reservation waits
+
+
+def _switch(lock_path: str | None, kind: str, wait_phase: str) -> None:
+    from cudaforge.engine.gpu.rwlock import acquire
+    from cudaforge.engine.gpu.turns import announce_job, withdraw_job
+
+    current = _STATE["hold"]
+    if current is not None and current.held and current.kind == kind:
+        return
+    release_hold()
+    if not lock_path:
+        return
+    resume = current_phase()
+    phase(wait_phase)
+    announce_job(lock_path)  # while it waits, idle spares' warm-ups let it go first (engine/gpu/turns.py)
+    try:
+        _STATE["hold"] = acquire(lock_path, kind)
+    finally:
+        withdraw_job(lock_path)
+    _STATE["since"] = time.monotonic()
+    if resume and resume != wait_phase:
+        phase(resume)  # the wait is its own phase; what follows belongs to the step that asked
+
+
+def read(lock_path: str | None, wait_phase: str = "gpu_wait") -> None:
+    """Hold the GPU as a reader (side by side with other readers, never inside a timed window)."""
+    from cudaforge.engine.gpu.rwlock import READ
+
+    _switch(lock_path, READ, wait_phase)
+
+
+def write(lock_path: str | None, wait_phase: str = "timing_wait") -> None:
+    """Hold the GPU alone: a timed window or an ncu run."""
+    from cudaforge.engine.gpu.rwlock import WRITE
+
+    _switch(lock_path, WRITE, wait_phase)
+
+
+def release_hold() -> None:
+    """Let the current hold go (the device synchronized first); the reservation stays."""
+    hold = _STATE["hold"]
+    _STATE["hold"] = None
+    if hold is None or not hold.held:
+        return
+    key = "exclusive_s" if hold.kind == "write" else "shared_s"
+    _STATE[key] += time.monotonic() - _STATE["since"]
+    hold.release()
+
+
+def reserve(lock_path: str | None, nbytes: int, budget: Any, label: str = "") -> None:
+    """Wait until `nbytes` of device memory is admitted beside our other evaluations (phase memory_wait);
+    `budget()` gives the bytes that our evaluations may use on the card together."""
+    if not lock_path or _STATE["reservation"] is not None or nbytes <= 0:
+        return
+    from cudaforge.engine.gpu.ledger import reserve as ledger_reserve
+
+    release_hold()  # never wait for memory while holding the GPU: the holders ahead could not finish
+    resume = current_phase()
+    phase("memory_wait")
+    _STATE["reservation"] = ledger_reserve(lock_path, nbytes, _cached(budget), label=label)
+    if resume and resume != "memory_wait":
+        phase(resume)
+
+
+def _cached(budget: Any) -> Any:
+    seen: dict[str, Any] = {}
+
+    def get() -> int:
+        now = time.monotonic()
+        if "value" not in seen or now - seen["at"] > BUDGET_TTL_S:
+            seen.update(value=int(budget()), at=now)
+        return int(seen["value"])
+
+    return get
+
+
+def release_all() -> None:
+    """The worker is done with the GPU (its memory freed): the hold and the reservation go."""
+    release_hold()
+    reservation, _STATE["reservation"] = _STATE["reservation"], None
+    if reservation is not None:
+        with contextlib.suppress(OSError):
+            reservation.release()
+
+
+def seconds() -> dict[str, float]:
+    """Seconds this worker held the GPU side by side (`gpu_shared`) and alone (`gpu_exclusive`) so far, the
+    current hold included; empty when it never held it (the CPU device)."""
+    totals = {"gpu_shared": _STATE["shared_s"], "gpu_exclusive": _STATE["exclusive_s"]}
+    hold = _STATE["hold"]
+    if hold is not None and hold.held:
+        totals["gpu_exclusive" if hold.kind == "write" else "gpu_shared"] += time.monotonic() - _STATE["since"]
+    return {k: round(v, 4) for k, v in totals.items()} if any(totals.values()) else {}

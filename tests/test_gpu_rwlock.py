@@ -1,0 +1,249 @@
+"""The per-GPU reader/writer discipline across real processes (engine/gpu/rwlock.py, engine/gpu/ledger.py).
+
+Each actor (tests/gpu_lock_actor.py) is its own Python process using the real lock API and recording
+CLOCK_MONOTONIC timestamps (one clock for all processes). A holder's window is [acquired, synced]: taken
+after its flock was granted and before it was let go, so it lies inside the time it really held the lock;
+two such windows that overlap are two real holders at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cudaforge.engine.gpu import ledger, rwlock
+
+ACTOR = Path(__file__).parent / "gpu_lock_actor.py"
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="flock and /proc: Linux")
+
+
+class Actor:
+    def __init__(self, lock: Path, role: str, hold_s: float, out: Path, *extra: str) -> None:
+        self.out = out
+        self.proc = subprocess.Popen([sys.executable, str(ACTOR), str(lock), role, str(hold_s), str(out), *extra])
+
+    def record(self) -> dict:
+        try:
+            return json.loads(self.out.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def wait_for(self, key: str, limit_s: float = 60.0) -> dict:
+        end = time.monotonic() + limit_s
+        while time.monotonic() < end:
+            rec = self.record()
+            if key in rec:
+                return rec
+            if self.proc.poll() not in (None, 0):
+                raise AssertionError(f"actor exited with {self.proc.returncode}")
+            time.sleep(0.01)
+        raise AssertionError(f"actor never reached {key!r}")
+
+    def finish(self) -> dict:
+        assert self.proc.wait(60) == 0
+        return self.record()
+
+
+def _flocks(path: Path, kind: str, *, waiting: bool = False) -> int:
+    """How many flocks of `kind` (READ: shared, WRITE: exclusive) are held (or, `waiting`, asked for) on
+    `path`, from /proc/locks: how a test knows that a writer stands at the turnstile, not guesses it."""
+    inode = os.stat(path).st_ino
+    n = 0
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        blocked = len(fields) > 1 and fields[1] == "->"
+        fields = [f for f in fields if f != "->"]
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[3] == kind and blocked == waiting \
+                and fields[5].rsplit(":", 1)[-1] == str(inode):
+            n += 1
+    return n
+
+
+def _until(check, limit_s: float = 60.0) -> None:
+    end = time.monotonic() + limit_s
+    while not check():
+        assert time.monotonic() < end, "timed out waiting for the lock state"
+        time.sleep(0.01)
+
+
+def _window(rec: dict) -> tuple[int, int]:
+    return rec["acquired"], rec["synced"]
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    (a0, a1), (b0, b1) = _window(a), _window(b)
+    return a0 < b1 and b0 < a1
+
+
+def test_writers_hold_alone_and_readers_share(tmp_path: Path) -> None:
+    lock = tmp_path / "gpu0.lock"
+    go = tmp_path / "go"
+    readers = [Actor(lock, "read", 0.1, tmp_path / f"r{i}.json", "--until", str(go)) for i in range(4)]
+    for r in readers:
+        r.wait_for("acquired")
+    writers = [Actor(lock, "write", 0.3, tmp_path / f"w{i}.json", "--sync-s", "0.05") for i in range(2)]
+    turnstile = rwlock.writers_path(lock)
+    _until(lambda: _flocks(turnstile, "READ") == 2)  # both writers stand at the turnstile
+    late = [Actor(lock, "read", 0.3, tmp_path / f"late{i}.json") for i in range(2)]
+    _until(lambda: _flocks(turnstile, "WRITE", waiting=True) == 2)  # both late readers wait behind them
+    go.touch()
+    recs = [a.finish() for a in readers + writers + late]
+    r_recs, w_recs, late_recs = recs[:4], recs[4:6], recs[6:]
+    # The four readers that came first held the GPU together (a common instant).
+    assert max(r["acquired"] for r in r_recs) < min(r["synced"] for r in r_recs)
+    # A writer's window overlaps no other holder's window: readers, late readers, the other writer.
+    for w in w_recs:
+        for other in recs:
+            if other is not w:
+                assert not _overlap(w, other), (w, other)
+    # The late readers asked while both writers waited: they came in after the writers were served.
+    for r in late_recs:
+        assert r["acquired"] > max(w["synced"] for w in w_recs)
+
+
+def test_a_waiting_writer_goes_before_later_readers(tmp_path: Path) -> None:
+    lock = tmp_path / "gpu0.lock"
+    go = tmp_path / "go"
+    first = Actor(lock, "read", 0.0, tmp_path / "r1.json", "--sync-s", "0.3", "--until", str(go))
+    first.wait_for("acquired")
+    writer = Actor(lock, "write", 0.2, tmp_path / "w.json")
+    turnstile = rwlock.writers_path(lock)
+    _until(lambda: _flocks(turnstile, "READ") == 1)  # the writer waits at the lock, its turnstile taken
+    later = Actor(lock, "read", 0.1, tmp_path / "r2.json")
+    _until(lambda: _flocks(turnstile, "WRITE", waiting=True) == 1)  # the later reader waits too
+    time.sleep(0.2)
+    assert "acquired" not in later.record(), "a later reader came in beside a waiting writer"
+    go.touch()
+    r1, w, r2 = first.finish(), writer.finish(), later.finish()
+    assert w["acquired"] > r1["synced"], "the writer came in before the reader's device sync ended"
+    assert r2["asked"] < w["acquired"] < r2["acquired"], "a later reader was served before the waiting writer"
+    assert not _overlap(w, r1) and not _overlap(w, r2)
+
+
+def test_no_upgrade_in_place(tmp_path: Path) -> None:
+    lock = tmp_path / "gpu0.lock"
+    h = rwlock.acquire(lock, rwlock.READ)
+    try:
+        with pytest.raises(RuntimeError, match="never upgraded"):
+            rwlock.acquire(lock, rwlock.WRITE)
+    finally:
+        h.release(sync=None)
+    with rwlock.hold(lock, rwlock.WRITE, sync=None) as w:  # released first: then a writer may come
+        assert w.held and w.kind == rwlock.WRITE
+    assert not w.held
+
+
+def test_a_killed_holder_leaves_the_lock_and_its_reservation_free(tmp_path: Path) -> None:
+    lock = tmp_path / "gpu0.lock"
+    holder = Actor(lock, "write", 60.0, tmp_path / "w.json", "--reserve", "80", "--budget", "100")
+    holder.wait_for("acquired")
+    assert ledger.reserved_bytes(lock) == 80
+    os.kill(holder.proc.pid, signal.SIGKILL)
+    holder.proc.wait(30)
+    reader = Actor(lock, "read", 0.0, tmp_path / "r.json", "--reserve", "80", "--budget", "100")
+    rec = reader.finish()
+    assert "admitted" in rec and "acquired" in rec
+    assert ledger.reserved_bytes(lock) == 0  # the dead holder's entry was dropped, the reader's given back
+
+
+def test_admission_refuses_beyond_the_budget_until_memory_is_released(tmp_path: Path) -> None:
+    lock = tmp_path / "gpu0.lock"
+    go = tmp_path / "go"
+    big = Actor(lock, "read", 0.0, tmp_path / "a.json", "--reserve", "60", "--budget", "100", "--until", str(go))
+    big.wait_for("acquired")
+    small = Actor(lock, "read", 0.0, tmp_path / "s.json", "--reserve", "30", "--budget", "100")
+    small.wait_for("acquired")  # 60 + 30 fit in 100: side by side
+    blocked = Actor(lock, "read", 0.0, tmp_path / "b.json", "--reserve", "50", "--budget", "100")
+    blocked.wait_for("asked")
+    time.sleep(0.5)
+    assert "admitted" not in blocked.record(), "admitted beyond the budget"
+    go.touch()
+    a, s, b = big.finish(), small.finish(), blocked.finish()
+    assert s["acquired"] < a["synced"], "two reservations that fit did not run side by side"
+    # 60 + 50 > 100 (and 60 + 30 + 50): admitted only once the 60 were given back.
+    assert b["admitted"] >= a["unreserved"]
+    assert ledger.reserved_bytes(lock) == 0
+
+
+def test_a_lone_reservation_is_admitted_even_above_the_budget(tmp_path: Path) -> None:
+    lock = tmp_path / "gpu0.lock"
+    r = ledger.reserve(lock, 500, 100, timeout_s=5)
+    assert r is not None and ledger.reserved_bytes(lock) == 500
+    r.release()
+    assert ledger.reserved_bytes(lock) == 0
+
+
+def test_the_worker_switches_read_write_read_without_an_upgrade(tmp_path: Path) -> None:
+    """The worker's own sequence (engine/worker/gpu_share.py): reserve, read (checks), write (the timed
+    window: another process's reader waits), read again (it comes in beside us), then everything goes."""
+    from cudaforge.engine.worker import gpu_share
+
+    lock = tmp_path / "gpu0.lock"
+    gpu_share.reserve(str(lock), 40, lambda: 100, label="test")
+    gpu_share.read(str(lock))
+    gpu_share.write(str(lock))  # releases the read hold first: no deadlock with itself
+    other = Actor(lock, "read", 0.0, tmp_path / "r.json")
+    try:
+        _until(lambda: _flocks(rwlock.writers_path(lock), "WRITE", waiting=True) == 1)  # it waits
+        time.sleep(0.4)
+        assert "acquired" not in other.record(), "a reader came in during the timed window"
+        gpu_share.read(str(lock))
+        rec = other.finish()
+        assert "acquired" in rec
+        assert ledger.reserved_bytes(lock) == 40
+    finally:
+        gpu_share.release_all()
+    assert ledger.reserved_bytes(lock) == 0
+    held = gpu_share.seconds()
+    assert held["gpu_exclusive"] >= 0.4 and held["gpu_shared"] > 0
+
+
+def test_a_real_worker_times_only_once_other_holders_are_gone(tmp_path: Path) -> None:
+    """The worker pipeline itself (CPU device, the CI task), given a GPU lock path: its timed window waits
+    for another process's read hold to end (phase timing_wait), and it records that it held the lock alone."""
+    from cudaforge.engine.candidate import load_candidate
+    from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
+    from cudaforge.engine.task import load_task
+
+    core = Path(__file__).parent / "core_tasks"
+    lock, go = tmp_path / "gpu0.lock", tmp_path / "go"
+    ev = Evaluator(EvalOptions(device="cpu", cache_dir=tmp_path / "cache", result_cache=False))
+    workdir, _, spec_path = ev.prepare(load_task(core / "task.py"), load_candidate(core / "correct.py"))
+    spec = json.loads(spec_path.read_text())
+    spec["gpu_lock_path"] = str(lock)
+    spec_path.write_text(json.dumps(spec))
+    (workdir / "sandbox").mkdir(exist_ok=True)  # the sandbox's folder (run here without the supervisor)
+    other = Actor(lock, "read", 0.0, tmp_path / "r.json", "--until", str(go))
+    other.wait_for("acquired")
+    worker = subprocess.Popen([sys.executable, "-m", "cudaforge.engine.worker", str(spec_path)], cwd=workdir)
+    progress = Path(spec["progress_path"])
+    try:
+        end = time.monotonic() + 600
+        while time.monotonic() < end and worker.poll() is None:
+            with contextlib.suppress(OSError, ValueError):
+                if json.loads(progress.read_text())["phase"] == "timing_wait":
+                    break
+            time.sleep(0.05)
+        assert worker.poll() is None, "the worker ended without waiting for its timed window"
+        time.sleep(0.5)
+        assert json.loads(progress.read_text())["phase"] == "timing_wait", "it timed beside another holder"
+        go.touch()
+        assert worker.wait(600) == 0
+    finally:
+        go.touch()
+        if worker.poll() is None:
+            worker.kill()
+    reader = other.finish()
+    result = json.loads((workdir / "result.json").read_text())
+    shutil.rmtree(workdir, ignore_errors=True)
+    assert result["outcome"] == "ok", result.get("message")
+    assert result["phases"]["timing_wait"] >= 0.5 and result["phases"]["gpu_exclusive"] > 0
+    assert reader["synced"] < time.monotonic_ns()

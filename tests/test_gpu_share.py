@@ -1,0 +1,33 @@
+"""Evaluations side by side on one GPU (CUDA): every check runs beside the others, each timed window alone
+(engine/gpu/rwlock.py), each evaluation admitted by its memory (engine/gpu/ledger.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from cudaforge.engine.candidate import load_candidate
+from cudaforge.engine.evaluation.evaluator import Evaluator
+from cudaforge.engine.gpu import ledger
+from cudaforge.engine.gpu.lock import gpu_lock_path
+from cudaforge.engine.task import load_task
+
+pytestmark = pytest.mark.gpu
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def test_four_evaluations_in_flight_share_the_gpu_and_time_alone(gpu_options) -> None:
+    names = [p.parent.name for p in sorted(EXAMPLES.glob("*/nvrtc.py"))][:4]
+
+    async def run() -> list:
+        evs = [Evaluator(gpu_options) for _ in names]
+        return await asyncio.gather(*(ev.evaluate(load_task(EXAMPLES / n / "task.py"),
+                                                  load_candidate(EXAMPLES / n / "nvrtc.py"), use_cache=False)
+                                      for ev, n in zip(evs, names, strict=True)))
+
+    results = asyncio.run(run())
+    for name, r in zip(names, results, strict=True):
+        assert r.outcome == "ok", f"{name}: {r.message}\n{r.stderr_tail}"
+        assert r.phases.get("gpu_exclusive", 0.0) > 0 and r.phases.get("gpu_shared", 0.0) > 0, r.phases
+    assert ledger.reserved_bytes(gpu_lock_path(gpu_options.gpu)) == 0  # every reservation was given back
