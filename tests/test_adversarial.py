@@ -191,6 +191,21 @@ def test_shape_specialized_candidate_is_warned_and_policy_can_fail_it(cpu_option
     assert strict.outcome == "integrity_failure" and "shape_specialized" in names(strict, "fail"), describe(strict)
 
 
+@pytest.mark.parametrize(("task", "changed"), [
+    ("task_tuple_sizes.py", {"cols": [256, 129], "rows": [64, 63]}),  # `rows, cols = 64, 256`
+    ("task_kernelbench_sizes.py", {"batch_size": [64, 63], "dim": [256, 129]}),  # `batch_size = 64`, `dim: int = 256`
+])
+def test_shape_check_runs_on_tuple_and_lower_case_size_styles(cpu_options, honest: EvalResult, task: str,
+                                                              changed: dict[str, list[int]]) -> None:
+    """The same hard-coded 64 x 256 kernel on the task styles of eval/ and KernelBench: the second sizes are
+    found and it is flagged; the honest kernel passes there without a shape_check_skipped note."""
+    r = evaluate(cpu_options, "shape_fixed.py", ADV / task)
+    assert r.outcome == "ok" and names(r, "warn") == {"shape_specialized"}, describe(r)
+    assert next(f for f in r.findings if f.name == "shape_specialized").evidence["changed"] == changed
+    ok = evaluate(cpu_options, "honest.py", ADV / task)
+    assert ok.outcome == "ok" and "shape_check_skipped" not in names(ok) and names(ok, "warn") == set(), describe(ok)
+
+
 # ------------------------------------------------------------------ GPU (NVRTC) variants
 
 CUDA_TASK = ADV / "cuda" / "task.py"
