@@ -47,6 +47,8 @@ CASES: dict[str, tuple[str, str, set[str], set[str]]] = {
     "lazy_thread.py": ("task", "integrity_failure", {"timing_output_mismatch"}, set()),
     # perf_counter patched in place through ctypes (same object): the independent clock disagrees
     "ctypes_clock.py": ("task", "integrity_failure", {"harness_patching", "harness_tampering"}, set()),
+    # TF32 turned on in forward through importlib/getattr/setattr: the flags are read around every call
+    "tf32_indirect.py": ("task", "integrity_failure", {"precision_flags"}, set()),
 }
 
 
@@ -148,6 +150,16 @@ def test_ctypes_clock_patch_is_caught_by_the_independent_clock(cpu_options, hone
     f = next(f for f in r.findings if f.name == "harness_tampering")
     clocks = f.evidence["clocks"]["candidate"]
     assert clocks["timer_s"] < clocks["monotonic_s"] / 2, describe(r)
+
+
+def test_indirect_tf32_flip_is_seen_at_run_time_and_undone(cpu_options, honest: EvalResult) -> None:
+    """No static clue; the run-time check names the flag, the call and restores it after each call."""
+    assert source_findings_of("tf32_indirect.py") == set()
+    r = evaluate(cpu_options, "tf32_indirect.py")
+    f = next(f for f in r.findings if f.name == "precision_flags")
+    flags = {c["flag"] for c in f.evidence["changes"]}
+    assert "torch.backends.cuda.matmul.allow_tf32" in flags and f.evidence["calls"] >= 2, describe(r)
+    assert f.evidence["changes"][0]["where"] == "ModelNew.forward" and f.evidence["changes"][0]["after"] is True
 
 
 def test_evasive_forged_result_fails_the_consistency_check(cpu_options, honest: EvalResult) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from cudaforge.engine import observe
 from cudaforge.engine.compiler_log import first_error_text
-from cudaforge.engine.integrity import evidence
+from cudaforge.engine.integrity import evidence, precision
 from cudaforge.engine.integrity import runtime as runtime_checks
 from cudaforge.engine.integrity.outputs import check_cache_reuse
 from cudaforge.engine.integrity.static import source_findings
@@ -35,7 +35,7 @@ from cudaforge.engine.worker.harness import (
     versions,
 )
 from cudaforge.engine.worker.job import EvalJob
-from cudaforge.engine.worker.timing import REAL_CLOCKS, Timer, capture_clocks, quartiles, stats
+from cudaforge.engine.worker.timing import REAL_CLOCKS, HookChain, Timer, capture_clocks, quartiles, stats
 
 _CUDA_ERROR = re.compile(r"CUDA error|illegal memory access|an illegal instruction|unspecified launch failure|"
                          r"misaligned address|CUDA_ERROR|device-side assert|AcceleratorError", re.I)
@@ -313,14 +313,18 @@ def _run_reference(model: Any, inputs: list[Any], device: Any) -> Any:
     return out
 
 
+# The backend numerics flags around every candidate call (integrity/precision.py: `precision_flags`).
+PRECISION = precision.PrecisionWatch()
+
+
 def _run_candidate(model_new: Any, inputs: list[Any], device: Any) -> Any:
     import torch
 
     try:
-        with torch.no_grad():
+        with PRECISION.call("ModelNew.forward"), torch.no_grad():
             out = model_new(*inputs)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
     except SystemExit as exc:
         raise CandidateFailure("crash", f"the candidate called sys.exit({exc.code}) in forward") from None
     except Exception as exc:
@@ -406,9 +410,9 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
         samples = timer.event_times(fns, int(t["warmup"]), int(t["trials"]), warmup_ms=float(t.get("warmup_ms", 0.0)),
                                     min_time_ms=float(t.get("min_time_ms", 0.0)),
                                     max_trials=int(t["max_trials"]) if t.get("max_trials") else None,
-                                    hooks=output_check)
-        host = timer.host_times({k: fns[k] for k in ("reference", "candidate")}, int(t["host_trials"])) \
-            if device.type == "cuda" else None
+                                    hooks=HookChain(output_check, PRECISION))
+        host = timer.host_times({k: fns[k] for k in ("reference", "candidate")}, int(t["host_trials"]),
+                                hooks=PRECISION) if device.type == "cuda" else None
     except CandidateFailure:
         raise
     except Exception as exc:
@@ -594,13 +598,15 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
     recorder.install()
     identity = evidence.harness_identity()
     capture_clocks()
+    PRECISION.capture()
     threads_before = thread_names()
     # Static integrity checks read the sources before any candidate code runs (it cannot rewrite them first).
     source_checks = source_findings(Path(job.candidate_path).read_text(encoding="utf-8"),
                                     Path(job.task_path).read_text(encoding="utf-8"), precision=job.precision)
     task, init, model = load_task(job, device)
     memory.check_task(job, task, init, device, _float_dtype(job.precision), mem)  # before the candidate
-    model_new, build = build_candidate(job, recorder, task, init, device)
+    with PRECISION.call("the candidate's import and ModelNew(...)"):
+        model_new, build = build_candidate(job, recorder, task, init, device)
     result["compile"] = {"ok": True, "format": job.format, **build}
     subclassed = evidence.subclass_finding(task, sys.modules.get("cudaforge_candidate"))
     if subclassed is not None:
@@ -620,7 +626,7 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
     result["kernels"] = check_custom_code(job, recorder, model_new, inputs, device, findings)
     extra_threads = thread_names() - threads_before
     if not corr["passed"]:
-        result["findings"] = [to_dict(f) for f in findings]
+        result["findings"] = [to_dict(f) for f in findings + PRECISION.findings()]
         result["outcome"] = "wrong_result"
         failed = [t for t in corr["trial_results"] if not t["passed"]]
         first = next((o for o in failed[0]["outputs"] if not o["passed"]), None) if failed else None
@@ -650,6 +656,7 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
         result["compile"]["triton"] = triton_support.build_info(sys.modules.get("cudaforge_candidate"))
     findings.extend(f for f in (evidence.tampering_finding(identity, evidence.harness_identity()),
                                 evidence.threads_finding(extra_threads)) if f is not None)
+    findings.extend(PRECISION.findings())
     result["findings"] = [to_dict(f) for f in findings]
     result["outcome"] = "ok"
 

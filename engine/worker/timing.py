@@ -42,6 +42,27 @@ def capture_clocks() -> None:
     REAL_CLOCKS["event"] = torch.cuda.Event
 
 
+class HookChain:
+    """Several timing hooks as one (Timer.event_times' `hooks`): each one's begin/before in order, after in
+    reverse order, so the first hook's before runs first and its after last (it wraps the others)."""
+
+    def __init__(self, *hooks: Any) -> None:
+        self.hooks = hooks
+
+    def begin(self, trials: int) -> None:
+        for h in self.hooks:
+            if hasattr(h, "begin"):
+                h.begin(trials)
+
+    def before(self, name: str) -> None:
+        for h in self.hooks:
+            h.before(name)
+
+    def after(self, name: str, out: Any) -> None:
+        for h in reversed(self.hooks):
+            h.after(name, out)
+
+
 class Timer:
     """Interleaved timing of several callables with an L2 flush before every call."""
 
@@ -128,25 +149,30 @@ class Timer:
                 samples[n].append(start_ev.elapsed_time(end_ev))
         return samples
 
-    def host_times(self, fns: dict[str, Callable[[], Any]], trials: int) -> tuple[dict[str, list[float]],
-                                                                                 dict[str, list[float]]]:
+    def host_times(self, fns: dict[str, Callable[[], Any]], trials: int, *, hooks: Any = None) \
+            -> tuple[dict[str, list[float]], dict[str, list[float]]]:
         """CUDA only: device-wide synchronized host timing, with CUDA events on the current stream around
         the same calls: (host ms, event ms). Work hidden on side streams or threads is in the first, not
-        the second."""
+        the second. `hooks` (before(name), after(name, output)) run outside the timed part of each call."""
         names = list(fns)
         host: dict[str, list[float]] = {n: [] for n in names}
         event: dict[str, list[float]] = {n: [] for n in names}
         for i in range(trials):
             order = names if i % 2 == 0 else names[::-1]
             for n in order:
+                if hooks is not None:
+                    hooks.before(n)
                 self.flush()
                 self._sync()
                 start_ev, end_ev = self._event(enable_timing=True), self._event(enable_timing=True)
                 t0 = self._perf()
                 start_ev.record()
-                fns[n]()
+                out = fns[n]()
                 end_ev.record()
                 self._sync()
                 host[n].append((self._perf() - t0) * 1e3)
                 event[n].append(start_ev.elapsed_time(end_ev))
+                if hooks is not None:
+                    hooks.after(n, out)
+                del out
         return host, event
