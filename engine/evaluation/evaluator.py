@@ -28,6 +28,7 @@ from cudaforge.engine.evaluation.sandbox import (
 )
 from cudaforge.engine.evaluation.spare import DEFAULT_IDLE_S, Spare, start_spare
 from cudaforge.engine.gpu.lock import foreign_gpu_processes, gpu_lock_path
+from cudaforge.engine.integrity.evidence import NOISE_RETRIES, NOISE_THRESHOLD
 from cudaforge.engine.integrity.registry import apply_policy, finding
 from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult, Finding, WorkerExit
 from cudaforge.engine.task import Task
@@ -62,7 +63,7 @@ class EvalOptions:
     second_distribution: bool = True
     timing: Mapping[str, Any] = field(default_factory=lambda: {
         "warmup": 10, "warmup_ms": 25.0, "trials": 50, "min_time_ms": 100.0, "max_trials": 1000, "host_trials": 20,
-        "l2_flush": True, "baselines": ["eager"]})
+        "noise_threshold": NOISE_THRESHOLD, "noise_retries": NOISE_RETRIES, "l2_flush": True, "baselines": ["eager"]})
     timeouts: Mapping[str, float] = field(default_factory=lambda: {
         "load_s": 900.0, "correctness_s": 180.0, "timing_s": 300.0, "profile_s": 300.0, "gpu_wait_s": 3600.0})
     output_limit_bytes: int = 64 << 20

@@ -225,7 +225,9 @@ class TimedOutputCheck:
         self.aliased: list[int] = []
 
     def begin(self, trials: int) -> None:
+        """A new timed window (a noisy timing is measured again: each window is sampled and checked)."""
         self.trials = trials
+        self.index = 0
         rng = random.SystemRandom()
         pool = range(max(trials - 1, 0))
         self.sample = set(rng.sample(pool, min(self.samples, len(pool)))) | {trials - 1}

@@ -14,7 +14,9 @@ BAR_WIDTH = 30
 
 def best_round(rounds: list[RoundRecord]) -> RoundRecord | None:
     """The accepted round with the highest speedup (earliest on a tie); where no accepted round's time is
-    a speed claim (Triton's interpreter on the CPU), the latest accepted round."""
+    a speed claim (Triton's interpreter on the CPU), the latest accepted round. A noisy timing is no
+    result (EvalResult.noisy): such a round is never the best."""
+    rounds = [r for r in rounds if r.result is None or not r.result.noisy]
     accepted = [r for r in rounds if r.speedup is not None]
     if accepted:
         return max(accepted, key=lambda r: (r.speedup, -r.round))

@@ -35,7 +35,16 @@ from cudaforge.engine.worker.harness import (
     versions,
 )
 from cudaforge.engine.worker.job import EvalJob
-from cudaforge.engine.worker.timing import REAL_CLOCKS, HookChain, Timer, capture_clocks, quartiles, stats
+from cudaforge.engine.worker.timing import (
+    REAL_CLOCKS,
+    HookChain,
+    ThreadPin,
+    Timer,
+    capture_clocks,
+    quartiles,
+    stats,
+    until_quiet,
+)
 
 _CUDA_ERROR = re.compile(r"CUDA error|illegal memory access|an illegal instruction|unspecified launch failure|"
                          r"misaligned address|CUDA_ERROR|device-side assert|AcceleratorError", re.I)
@@ -406,11 +415,18 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
         except Exception as exc:
             compiled_note = f"torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}"
         phase("timing")
+    pin = ThreadPin(torch.get_num_threads()) if device.type == "cpu" else None  # both sides, every call
+    hooks = HookChain(output_check, PRECISION, *([pin] if pin is not None else []))
+    interpreted = job.format == "triton" and triton_support.interpreting()
+    # Noisy timing is no result: re-measured while either side's spread is over the threshold (integrity/
+    # evidence.py `noisy_timing`); interpreter time makes no speed claim, so it is measured once.
+    threshold = 0.0 if interpreted else float(t.get("noise_threshold", 0.0))
     try:
-        samples = timer.event_times(fns, int(t["warmup"]), int(t["trials"]), warmup_ms=float(t.get("warmup_ms", 0.0)),
-                                    min_time_ms=float(t.get("min_time_ms", 0.0)),
-                                    max_trials=int(t["max_trials"]) if t.get("max_trials") else None,
-                                    hooks=HookChain(output_check, PRECISION))
+        samples, measurements = until_quiet(
+            lambda: timer.event_times(fns, int(t["warmup"]), int(t["trials"]), warmup_ms=float(t.get("warmup_ms", 0.0)),
+                                      min_time_ms=float(t.get("min_time_ms", 0.0)),
+                                      max_trials=int(t["max_trials"]) if t.get("max_trials") else None, hooks=hooks),
+            threshold, int(t.get("noise_retries", 0)))
         host = timer.host_times({k: fns[k] for k in ("reference", "candidate")}, int(t["host_trials"]),
                                 hooks=PRECISION) if device.type == "cuda" else None
     except CandidateFailure:
@@ -419,7 +435,9 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
         raise classify_exception(exc, "timing") from None
     method = "cuda_event" if device.type == "cuda" else "perf_counter"
     ref_s, cand_s = stats(samples["reference"], method), stats(samples["candidate"], method)
-    interpreted = job.format == "triton" and triton_support.interpreting()
+    noisy = evidence.noisy_timing_finding(ref_s, cand_s, threshold, measurements)
+    if noisy is not None:
+        findings.append(noisy)
     if interpreted:  # interpreter time: reported, but no speed claim is made from it
         cand_s = stats(samples["candidate"], triton_support.INTERPRETER_METHOD)
     r25, r75 = quartiles(samples["reference"])
@@ -447,7 +465,9 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
         speedup, low, high = None, 0.0, 0.0
         kwargs["speedup_vs_compile"] = None
     timing_result = Timing(reference=ref_s, candidate=cand_s, speedup=speedup, speedup_low=low, speedup_high=high,
-                           l2_flush=timer.flush_buffer is not None, warmup=int(t["warmup"]), settings=settings, **kwargs)
+                           l2_flush=timer.flush_buffer is not None, warmup=int(t["warmup"]), settings=settings,
+                           measurements=measurements, noise_threshold=threshold or None,
+                           cpu_threads=pin.threads if pin is not None else None, **kwargs)
     _speed_of_light(job, inputs, model, cand_s.median_ms, device, findings)
     findings.extend(output_check.findings())
     findings.extend(runtime_checks.clock_findings(timer.clock_totals))

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from cudaforge.engine.integrity.evidence import is_noisy
 from cudaforge.engine.results import TimingStats
 
 
@@ -40,6 +41,39 @@ def capture_clocks() -> None:
     REAL_CLOCKS["monotonic"] = time.monotonic
     REAL_CLOCKS["synchronize"] = torch.cuda.synchronize
     REAL_CLOCKS["event"] = torch.cuda.Event
+
+
+def until_quiet(measure: Callable[[], dict[str, list[float]]], threshold: float, retries: int) \
+        -> tuple[dict[str, list[float]], int]:
+    """Measure, and measure again while the reference's or the candidate's spread (IQR / median) is over
+    `threshold`, at most `retries` more times: (the first quiet measurement, else the last; how many were
+    taken). A disturbed machine or card gives one noisy window more often than three."""
+    measurements = 0
+    while True:
+        samples = measure()
+        measurements += 1
+        quiet = not is_noisy(stats(samples["reference"], ""), stats(samples["candidate"], ""), threshold)
+        if quiet or measurements > retries:
+            return samples, measurements
+
+
+class ThreadPin:
+    """CPU device: torch's intra-op thread count, the same for both sides of every timed call (a hook,
+    run before each call, outside the timed window)."""
+
+    def __init__(self, threads: int) -> None:
+        import torch
+
+        self.threads = threads
+        self._torch = torch
+        torch.set_num_threads(threads)
+
+    def before(self, name: str) -> None:
+        if self._torch.get_num_threads() != self.threads:
+            self._torch.set_num_threads(self.threads)
+
+    def after(self, name: str, out: Any) -> None:
+        pass
 
 
 class HookChain:
