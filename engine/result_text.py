@@ -86,6 +86,14 @@ def timing_notes(t: Timing) -> list[str]:
                      f" ({'NOISY: over' if noisy else 'within'} {t.noise_threshold:g}; measured {t.measurements}x)")
     if t.cpu_threads is not None:
         lines.append(f"torch threads pinned to {t.cpu_threads} for both sides")
+    if t.kernel_candidate is not None and t.kernel_reference is not None:
+        ratios = [f"{name} {ev.median_ms / k.median_ms:.2f}" for name, ev, k in
+                  (("reference", t.reference, t.kernel_reference), ("candidate", t.candidate, t.kernel_candidate))
+                  if k.median_ms > 0]
+        lines.append(f"CUPTI kernel busy time: reference {t.kernel_reference.median_ms * 1e3:.1f} µs, candidate "
+                     f"{t.kernel_candidate.median_ms * 1e3:.1f} µs (CUDA events / busy: {', '.join(ratios) or '-'})")
+    elif t.kernel_timer:
+        lines.append(f"CUPTI kernel timer {t.kernel_timer}")
     return lines
 
 

@@ -127,6 +127,11 @@ class Timing:
     measurements: int = 1
     noise_threshold: float | None = None
     cpu_threads: int | None = None
+    # The CUPTI kernel-time timer (worker/kernel_timer.py): per side the union of every stream's kernel,
+    # copy and memset intervals in each host-timed call; None with `kernel_timer` saying why it is absent.
+    kernel_reference: TimingStats | None = None
+    kernel_candidate: TimingStats | None = None
+    kernel_timer: str = ""
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,24 @@ def noisy_timing_finding(reference: Any, candidate: Any, threshold: float, measu
                     "measurements": measurements})
 
 
+TIMER_TOLERANCE = 0.15  # the CUDA events may report this much less than the kernels' busy time
+
+
+def timer_disagreement_finding(event_ms: float, busy_ms: float, reference_event_ms: float | None = None,
+                               reference_busy_ms: float | None = None) -> Finding | None:
+    """`timer_disagreement`: the candidate's CUDA-event median is below the union of its kernels' CUPTI
+    intervals (median over the host-timed calls) by more than TIMER_TOLERANCE. Events above the busy time
+    are launch gaps and overhead: no finding."""
+    if busy_ms <= 0 or event_ms >= busy_ms * (1 - TIMER_TOLERANCE):
+        return None
+    return finding("timer_disagreement",
+                   f"the CUDA events say {event_ms * 1e3:.1f} µs, the kernels were busy {busy_ms * 1e3:.1f} µs "
+                   f"(CUPTI, every stream): {1 - event_ms / busy_ms:.0%} less, over {TIMER_TOLERANCE:.0%}",
+                   {"event_candidate_ms": event_ms, "cupti_busy_candidate_ms": busy_ms,
+                    "event_reference_ms": reference_event_ms, "cupti_busy_reference_ms": reference_busy_ms,
+                    "ratio": event_ms / busy_ms, "tolerance": TIMER_TOLERANCE})
+
+
 def speed_of_light_finding(cand_ms: float, nbytes: int, bandwidth_gbs: float, margin: float) -> Finding | None:
     """`faster_than_memory_bound`: faster than moving the inputs and outputs once at peak bandwidth."""
     floor_ms = nbytes / (bandwidth_gbs * 1e9) * 1e3

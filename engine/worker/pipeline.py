@@ -35,6 +35,7 @@ from cudaforge.engine.worker.harness import (
     versions,
 )
 from cudaforge.engine.worker.job import EvalJob
+from cudaforge.engine.worker.kernel_timer import with_kernel_timer
 from cudaforge.engine.worker.timing import (
     REAL_CLOCKS,
     HookChain,
@@ -427,8 +428,10 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
                                       min_time_ms=float(t.get("min_time_ms", 0.0)),
                                       max_trials=int(t["max_trials"]) if t.get("max_trials") else None, hooks=hooks),
             threshold, int(t.get("noise_retries", 0)))
-        host = timer.host_times({k: fns[k] for k in ("reference", "candidate")}, int(t["host_trials"]),
-                                hooks=PRECISION) if device.type == "cuda" else None
+        host, busy, kernel_note = with_kernel_timer(  # CUPTI on the host-timed calls, not in the event window
+            timer, lambda flush: timer.host_times({k: fns[k] for k in ("reference", "candidate")},
+                                                  int(t["host_trials"]), hooks=PRECISION, flush=flush)
+            if device.type == "cuda" else None)
     except CandidateFailure:
         raise
     except Exception as exc:
@@ -453,6 +456,14 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
                                               stats(host_events["candidate"], method))
         if hidden is not None:
             findings.append(hidden)
+    kwargs["kernel_timer"] = kernel_note
+    if busy.get("candidate") and busy.get("reference"):
+        kwargs["kernel_reference"] = stats(busy["reference"], "cupti_busy")
+        kwargs["kernel_candidate"] = stats(busy["candidate"], "cupti_busy")
+        disagree = evidence.timer_disagreement_finding(cand_s.median_ms, kwargs["kernel_candidate"].median_ms,
+                                                       ref_s.median_ms, kwargs["kernel_reference"].median_ms)
+        if disagree is not None:
+            findings.append(disagree)
     if "compile" in samples:
         comp = stats(samples["compile"], method)
         kwargs["compile_baseline"] = comp

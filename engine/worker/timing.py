@@ -115,6 +115,7 @@ class Timer:
         self._mono = REAL_CLOCKS["monotonic"]
         # CPU: each callable's total on the timer clock and on an independent clock (checks.clock_findings).
         self.clock_totals: dict[str, tuple[float, float]] = {}
+        self.host_order: list[str] = []  # the callables in the order host_times called them
 
     def flush(self) -> None:
         if self.flush_buffer is not None:
@@ -183,20 +184,24 @@ class Timer:
                 samples[n].append(start_ev.elapsed_time(end_ev))
         return samples
 
-    def host_times(self, fns: dict[str, Callable[[], Any]], trials: int, *, hooks: Any = None) \
-            -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    def host_times(self, fns: dict[str, Callable[[], Any]], trials: int, *, hooks: Any = None,
+                   flush: Callable[[], None] | None = None) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
         """CUDA only: device-wide synchronized host timing, with CUDA events on the current stream around
         the same calls: (host ms, event ms). Work hidden on side streams or threads is in the first, not
-        the second. `hooks` (before(name), after(name, output)) run outside the timed part of each call."""
+        the second. `hooks` (before(name), after(name, output)) run outside the timed part of each call;
+        `flush` replaces the L2 flush (kernel_timer.py flushes on a stream of its own); `host_order` keeps
+        the order of the calls."""
         names = list(fns)
         host: dict[str, list[float]] = {n: [] for n in names}
         event: dict[str, list[float]] = {n: [] for n in names}
+        self.host_order = []
         for i in range(trials):
             order = names if i % 2 == 0 else names[::-1]
             for n in order:
                 if hooks is not None:
                     hooks.before(n)
-                self.flush()
+                (flush or self.flush)()
+                self.host_order.append(n)
                 self._sync()
                 start_ev, end_ev = self._event(enable_timing=True), self._event(enable_timing=True)
                 t0 = self._perf()
