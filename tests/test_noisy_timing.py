@@ -74,7 +74,7 @@ def test_a_batch_counts_a_noisy_result_as_correct_and_never_fast(tmp_path: Path,
     """One task, one auto round whose candidate is right but whose timing stays noisy: the round is accepted
     with noisy_timing, is not the session's best, and the batch counts the task correct and not fast."""
     from cudaforge.engine.session.batch import Batch, run_batch
-    from cudaforge.engine.session.run_report import best_round
+    from cudaforge.engine.session.run_report import best_round, round_rows
     from cudaforge.engine.session.store import RunStore
     from llm_server import ScriptedLLMServer
     from session_kit import KEY, KEY_ENV, coder_reply, session_config
@@ -98,3 +98,4 @@ def test_a_batch_counts_a_noisy_result_as_correct_and_never_fast(tmp_path: Path,
     (rec,) = store.rounds()
     assert rec.result is not None and rec.result.accepted and rec.result.noisy, rec.result
     assert best_round(store.rounds()) is None
+    assert round_rows(store.rounds())[0][-1] == "noisy timing"  # `cudaforge runs`' round table says why

@@ -34,7 +34,8 @@ def round_rows(rounds: list[RoundRecord]) -> list[tuple[str, ...]]:
     for r in rounds:
         sp = f"{r.speedup:.2f}x" if r.speedup is not None else "-"
         rows.append((str(r.round), r.kind, "-" if r.parent is None else str(r.parent), r.outcome, sp,
-                     f"{r.tokens}", f"${r.cost_usd:.3f}", "best" if best is not None and r.round == best.round else ""))
+                     f"{r.tokens}", f"${r.cost_usd:.3f}", "best" if best is not None and r.round == best.round
+                     else "noisy timing" if r.result is not None and r.result.noisy else ""))
     return rows
 
 
