@@ -148,10 +148,14 @@ def with_kernel_timer(timer: Any, run: Callable[[Callable[[], None] | None], R])
     exceptions leave here; a profiler that cannot start or be read leaves the timer absent."""
     if not timer.cuda:
         return run(None), {}, "absent: the CPU device launches no kernels"
+    kernel_timer = None
     try:
         kernel_timer = KernelTimer(timer)
         kernel_timer.start()
     except Exception as exc:
+        if kernel_timer is not None:
+            with contextlib.suppress(Exception):
+                kernel_timer.stop()  # a profiler half started is closed before the calls run
         return run(None), {}, f"absent: the profiler did not start: {type(exc).__name__}: {str(exc)[:120]}"
     try:
         out = run(kernel_timer.flush)
