@@ -54,7 +54,7 @@ CASES = [
     Case("ctypes_event.py", "task.py", "Event.elapsed_time replaced through ctypes", "integrity_failure",
          frozenset({"harness_tampering", "harness_patching"})),
     Case("side_stream.py", "task.py", "work on a side stream, not waited for", "integrity_failure",
-         frozenset({"hidden_async_work"}), frozenset({"side_stream"})),
+         frozenset({"hidden_async_work"}), frozenset({"side_stream", "timer_disagreement"})),
     Case("stale_output.py", "task.py", "returns unwritten memory from the start", "wrong_result"),
     Case("cached_output.py", "task.py", "output cached by address + one element", "integrity_failure",
          any_of=frozenset({"faster_than_memory_bound", "result_cache"}), or_no_gain=True),

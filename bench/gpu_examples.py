@@ -45,6 +45,10 @@ async def run_all(formats: list[str], parallel: int, options: EvalOptions) -> li
             "ref_us": t.reference.median_ms * 1e3 if t else None,
             "cand_us": t.candidate.median_ms * 1e3 if t else None,
             "cand_iqr_us": t.candidate.iqr_ms * 1e3 if t else None,
+            # The CUPTI kernel-time timer beside the events (events / busy: ~1 for an honest kernel, #23)
+            "cupti_ref_us": t.kernel_reference.median_ms * 1e3 if t and t.kernel_reference else None,
+            "cupti_cand_us": t.kernel_candidate.median_ms * 1e3 if t and t.kernel_candidate else None,
+            "kernel_timer": t.kernel_timer if t else "",
             "speedup": t.speedup if t else None,
             "spread": [t.speedup_low, t.speedup_high] if t else None,
             "findings": [f"{f.severity}:{f.name}" for f in r.findings],
@@ -57,14 +61,17 @@ async def run_all(formats: list[str], parallel: int, options: EvalOptions) -> li
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| task | format | outcome | compile s | correct | max abs err | eager µs | candidate µs (IQR) | speedup (spread) | findings |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    out = ["| task | format | outcome | compile s | correct | max abs err | eager µs | candidate µs (IQR) | CUPTI busy µs (events / busy) | speedup (spread) | findings |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         f = lambda v, p=1: "—" if v is None else f"{v:.{p}f}"  # noqa: E731
         spread = f"{r['speedup']:.2f}× ({r['spread'][0]:.2f}–{r['spread'][1]:.2f})" if r["speedup"] else "—"
+        cupti = (f"{r['cupti_cand_us']:.1f} ({r['cand_us'] / r['cupti_cand_us']:.3f})" if r["cupti_cand_us"] and r["cand_us"]
+                 else r["kernel_timer"] or "—")
         out.append(f"| {r['task']} | {r['format']} | {r['outcome']} | {f(r['compile_s'], 2)}{' (cached)' if r['cached'] else ''} | "
                    f"{'yes' if r['correct'] else 'no'} | {'—' if r['max_abs_err'] is None else format(r['max_abs_err'], '.1e')} | "
-                   f"{f(r['ref_us'])} | {f(r['cand_us'])} ({f(r['cand_iqr_us'])}) | {spread} | {', '.join(r['findings']) or '—'} |")
+                   f"{f(r['ref_us'])} | {f(r['cand_us'])} ({f(r['cand_iqr_us'])}) | {cupti} | {spread} | "
+                   f"{', '.join(r['findings']) or '—'} |")
     return "\n".join(out)
 
 

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from cudaforge.engine.errors import ConfigError, did_you_mean
+from cudaforge.engine.integrity.evidence import NOISE_RETRIES, NOISE_THRESHOLD
 from cudaforge.engine.integrity.registry import POLICIES, unknown_names
 
 CONFIG_NAME = "cudaforge.toml"
@@ -58,6 +59,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
                            doc="timed GPU time per callable (at least): more calls for short kernels"),
         "max_trials": Key(1000, int, minimum=3, doc="timed calls of each callable (at most)"),
         "host_trials": Key(20, int, minimum=3),
+        "noise_threshold": Key(NOISE_THRESHOLD, (int, float), minimum=0,
+                               doc="either side's IQR / median above this is noisy: re-measured, then `noisy_timing` "
+                                   "(never best, never fast); 0 turns the rule off"),
+        "noise_retries": Key(NOISE_RETRIES, int, minimum=0, doc="re-measurements of a noisy timing"),
         "l2_flush": Key(True, bool),
         "baselines": Key(["eager"], list, doc='"eager" always; add "compile" for torch.compile'),
     },

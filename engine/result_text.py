@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult, Memory, TimingStats
+from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult, Memory, Timing, TimingStats
 
 TICK, CROSS = "PASS", "FAIL"
 
@@ -82,6 +82,7 @@ def format_result(r: EvalResult, *, log_lines: int = 40, debug: bool = False) ->
         if t.host_candidate is not None and t.host_reference is not None:
             lines.append(f"  device-synchronized host time: reference {t.host_reference.median_ms * 1e3:.1f} µs, "
                          f"candidate {t.host_candidate.median_ms * 1e3:.1f} µs")
+        lines += ["  " + x for x in timing_notes(t)]
     if r.kernels:
         lines.append("kernels launched by the candidate:")
         for kl in r.kernels[:10]:
@@ -110,6 +111,27 @@ def format_result(r: EvalResult, *, log_lines: int = 40, debug: bool = False) ->
     if r.phases:
         lines.append("phases: " + ", ".join(f"{k} {v:.2f}s" for k, v in r.phases.items() if v >= 0.005))
     return "\n".join(lines)
+
+
+def timing_notes(t: Timing) -> list[str]:
+    """The timing's own evidence: its spread against the noise threshold, how often it was measured, the
+    pinned CPU threads. Shared by `cudaforge eval` and the Correctness pane; empty for results that predate it."""
+    lines = []
+    if t.noise_threshold is not None:
+        noisy = max(t.reference.spread, t.candidate.spread) > t.noise_threshold
+        lines.append(f"spread (IQR / median): reference {t.reference.spread:.2f}, candidate {t.candidate.spread:.2f}"
+                     f" ({'NOISY: over' if noisy else 'within'} {t.noise_threshold:g}; measured {t.measurements}x)")
+    if t.cpu_threads is not None:
+        lines.append(f"torch threads pinned to {t.cpu_threads} for both sides")
+    if t.kernel_candidate is not None and t.kernel_reference is not None:
+        ratios = [f"{name} {ev.median_ms / k.median_ms:.2f}" for name, ev, k in
+                  (("reference", t.reference, t.kernel_reference), ("candidate", t.candidate, t.kernel_candidate))
+                  if k.median_ms > 0]
+        lines.append(f"CUPTI kernel busy time: reference {t.kernel_reference.median_ms * 1e3:.1f} µs, candidate "
+                     f"{t.kernel_candidate.median_ms * 1e3:.1f} µs (CUDA events / busy: {', '.join(ratios) or '-'})")
+    elif t.kernel_timer:
+        lines.append(f"CUPTI kernel timer {t.kernel_timer}")
+    return lines
 
 
 def format_memory(m: Memory) -> str:

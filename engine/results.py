@@ -98,7 +98,12 @@ class TimingStats:
     max_ms: float
     mean_ms: float
     trials: int
-    method: str  # "cuda_event", "host_synchronized", "perf_counter" or "triton_interpreter"
+    method: str  # "cuda_event", "host_synchronized", "perf_counter", "triton_interpreter" or "cupti_busy"
+
+    @property
+    def spread(self) -> float:
+        """IQR / median: what `noisy_timing` measures."""
+        return self.iqr_ms / self.median_ms if self.median_ms > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,16 @@ class Timing:
     l2_flush: bool = False
     warmup: int = 0
     settings: dict[str, Any] = field(default_factory=dict)
+    # Noisy timing: how many times it was measured (re-measured while noisy), the threshold in force (None:
+    # the rule was off or the result predates it) and, on the CPU device, torch's pinned thread count.
+    measurements: int = 1
+    noise_threshold: float | None = None
+    cpu_threads: int | None = None
+    # The CUPTI kernel-time timer (worker/kernel_timer.py): per side the union of every stream's kernel,
+    # copy and memset intervals in each host-timed call; None with `kernel_timer` saying why it is absent.
+    kernel_reference: TimingStats | None = None
+    kernel_candidate: TimingStats | None = None
+    kernel_timer: str = ""
 
 
 @dataclass(frozen=True)
@@ -203,6 +218,11 @@ class EvalResult:
     @property
     def speedup(self) -> float | None:
         return self.timing.speedup if self.timing else None
+
+    @property
+    def noisy(self) -> bool:
+        """Its timing stayed noisy (`noisy_timing`): no result, so never best, never a seed, never fast."""
+        return any(f.name == "noisy_timing" for f in self.findings)
 
     def failing_findings(self) -> tuple[Finding, ...]:
         return tuple(f for f in self.findings if f.severity == "fail")

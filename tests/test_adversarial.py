@@ -47,6 +47,8 @@ CASES: dict[str, tuple[str, str, set[str], set[str]]] = {
     "lazy_thread.py": ("task", "integrity_failure", {"timing_output_mismatch"}, set()),
     # perf_counter patched in place through ctypes (same object): the independent clock disagrees
     "ctypes_clock.py": ("task", "integrity_failure", {"harness_patching", "harness_tampering"}, set()),
+    # TF32 turned on in forward through importlib/getattr/setattr: the flags are read around every call
+    "tf32_indirect.py": ("task", "integrity_failure", {"precision_flags"}, set()),
 }
 
 
@@ -150,6 +152,16 @@ def test_ctypes_clock_patch_is_caught_by_the_independent_clock(cpu_options, hone
     assert clocks["timer_s"] < clocks["monotonic_s"] / 2, describe(r)
 
 
+def test_indirect_tf32_flip_is_seen_at_run_time_and_undone(cpu_options, honest: EvalResult) -> None:
+    """No static clue; the run-time check names the flag, the call and restores it after each call."""
+    assert source_findings_of("tf32_indirect.py") == set()
+    r = evaluate(cpu_options, "tf32_indirect.py")
+    f = next(f for f in r.findings if f.name == "precision_flags")
+    flags = {c["flag"] for c in f.evidence["changes"]}
+    assert "torch.backends.cuda.matmul.allow_tf32" in flags and f.evidence["calls"] >= 2, describe(r)
+    assert f.evidence["changes"][0]["where"] == "ModelNew.forward" and f.evidence["changes"][0]["after"] is True
+
+
 def test_evasive_forged_result_fails_the_consistency_check(cpu_options, honest: EvalResult) -> None:
     """No static clue (the spec path comes from /proc/self/cmdline): the result lacks what the worker records."""
     assert "result_forgery" not in source_findings_of("forges_result_evasive.py")
@@ -189,6 +201,21 @@ def test_shape_specialized_candidate_is_warned_and_policy_can_fail_it(cpu_option
     assert "COLS=129" in f.message and "ROWS=63" in f.message
     strict = evaluate(replace(cpu_options, integrity_policy={"shape_specialized": "fail"}), "shape_fixed.py")
     assert strict.outcome == "integrity_failure" and "shape_specialized" in names(strict, "fail"), describe(strict)
+
+
+@pytest.mark.parametrize(("task", "changed"), [
+    ("task_tuple_sizes.py", {"cols": [256, 129], "rows": [64, 63]}),  # `rows, cols = 64, 256`
+    ("task_kernelbench_sizes.py", {"batch_size": [64, 63], "dim": [256, 129]}),  # `batch_size = 64`, `dim: int = 256`
+])
+def test_shape_check_runs_on_tuple_and_lower_case_size_styles(cpu_options, honest: EvalResult, task: str,
+                                                              changed: dict[str, list[int]]) -> None:
+    """The same hard-coded 64 x 256 kernel on the task styles of eval/ and KernelBench: the second sizes are
+    found and it is flagged; the honest kernel passes there without a shape_check_skipped note."""
+    r = evaluate(cpu_options, "shape_fixed.py", ADV / task)
+    assert r.outcome == "ok" and names(r, "warn") == {"shape_specialized"}, describe(r)
+    assert next(f for f in r.findings if f.name == "shape_specialized").evidence["changed"] == changed
+    ok = evaluate(cpu_options, "honest.py", ADV / task)
+    assert ok.outcome == "ok" and "shape_check_skipped" not in names(ok) and names(ok, "warn") == set(), describe(ok)
 
 
 # ------------------------------------------------------------------ GPU (NVRTC) variants

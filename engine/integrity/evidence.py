@@ -54,6 +54,46 @@ def hidden_work_finding(host_ref: Any, host_cand: Any, ev_ref: Any, ev_cand: Any
          "host_speedup": host_ref.median_ms / host_cand.median_ms if host_cand.median_ms else None})
 
 
+# Noisy timing (`noisy_timing`): the defaults of `[timing] noise_threshold` and `noise_retries` (engine/config.py).
+NOISE_THRESHOLD = 0.25  # IQR / median of either side above which a timing is no result
+NOISE_RETRIES = 2  # re-measurements before a noisy timing is reported as such
+
+
+def is_noisy(reference: Any, candidate: Any, threshold: float) -> bool:
+    """Either side's spread (TimingStats.spread: IQR / median) over the threshold (0 turns the rule off)."""
+    return threshold > 0 and max(reference.spread, candidate.spread) > threshold
+
+
+def noisy_timing_finding(reference: Any, candidate: Any, threshold: float, measurements: int) -> Finding | None:
+    """`noisy_timing` when the last of `measurements` timings is still noisy: the speedup is no result."""
+    if not is_noisy(reference, candidate, threshold):
+        return None
+    ref, cand = reference.spread, candidate.spread
+    return finding("noisy_timing",
+                   f"the timing stayed noisy after {measurements} measurement(s): spread (IQR / median) reference "
+                   f"{ref:.2f}, candidate {cand:.2f}, over the threshold {threshold:g}; the speedup is no result",
+                   {"reference_spread": round(ref, 4), "candidate_spread": round(cand, 4), "threshold": threshold,
+                    "measurements": measurements})
+
+
+TIMER_TOLERANCE = 0.15  # the CUDA events may report this much less than the kernels' busy time
+
+
+def timer_disagreement_finding(event_ms: float, busy_ms: float, reference_event_ms: float | None = None,
+                               reference_busy_ms: float | None = None) -> Finding | None:
+    """`timer_disagreement`: the candidate's CUDA-event median is below the union of its kernels' CUPTI
+    intervals (median over the host-timed calls) by more than TIMER_TOLERANCE. Events above the busy time
+    are launch gaps and overhead: no finding."""
+    if busy_ms <= 0 or event_ms >= busy_ms * (1 - TIMER_TOLERANCE):
+        return None
+    return finding("timer_disagreement",
+                   f"the CUDA events say {event_ms * 1e3:.1f} µs, the kernels were busy {busy_ms * 1e3:.1f} µs "
+                   f"(CUPTI, every stream): {1 - event_ms / busy_ms:.0%} less, over {TIMER_TOLERANCE:.0%}",
+                   {"event_candidate_ms": event_ms, "cupti_busy_candidate_ms": busy_ms,
+                    "event_reference_ms": reference_event_ms, "cupti_busy_reference_ms": reference_busy_ms,
+                    "ratio": event_ms / busy_ms, "tolerance": TIMER_TOLERANCE})
+
+
 def speed_of_light_finding(cand_ms: float, nbytes: int, bandwidth_gbs: float, margin: float) -> Finding | None:
     """`faster_than_memory_bound`: faster than moving the inputs and outputs once at peak bandwidth."""
     floor_ms = nbytes / (bandwidth_gbs * 1e9) * 1e3

@@ -225,7 +225,9 @@ class TimedOutputCheck:
         self.aliased: list[int] = []
 
     def begin(self, trials: int) -> None:
+        """A new timed window (a noisy timing is measured again: each window is sampled and checked)."""
         self.trials = trials
+        self.index = 0
         rng = random.SystemRandom()
         pool = range(max(trials - 1, 0))
         self.sample = set(rng.sample(pool, min(self.samples, len(pool)))) | {trials - 1}
@@ -391,7 +393,9 @@ MIN_SIZE = 8  # smaller constants are left alone (axes, kernel sizes, channel co
 
 def size_constants(task: Any, source: str) -> dict[str, int]:
     """Module-level int constants that get_inputs()/get_init_inputs() use (directly or through other
-    module-level assignments), look like sizes (not kernel sizes, strides, axes...) and are >= MIN_SIZE."""
+    module-level assignments), look like sizes (not kernel sizes, strides, axes...) and are >= MIN_SIZE.
+    Any spelling a task uses: `ROWS = 64`, `batch_size = 16`, `dim: int = 512`, `h = w = 128` and
+    `rows, cols = 64, 512` (see _bindings)."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -399,11 +403,8 @@ def size_constants(task: Any, source: str) -> dict[str, int]:
     assigns: dict[str, ast.AST] = {}
     funcs: dict[str, ast.AST] = {}
     for node in tree.body:
-        if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
-            for t in node.targets:  # `height = width = 128` binds both
-                assigns[t.id] = node.value  # type: ignore[attr-defined]
-        elif isinstance(node, (ast.AnnAssign,)) and isinstance(node.target, ast.Name) and node.value is not None:
-            assigns[node.target.id] = node.value
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            assigns.update(_bindings(node))
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             funcs[node.name] = node
     stack = [funcs[n] for n in ("get_inputs", "get_init_inputs") if n in funcs]
@@ -443,9 +444,38 @@ def rewrite_constants(source: str, values: Mapping[str, int]) -> str:
             chosen = {values[t.id] for t in node.targets if t.id in values}  # type: ignore[attr-defined]
             if len(chosen) == 1:
                 node.value = ast.Constant(chosen.pop())
+        elif isinstance(node, ast.Assign) and isinstance(node.value, (ast.Tuple, ast.List)):
+            for target in node.targets:  # `rows, cols = 64, 512`: each element on its own
+                for name, k in _unpacked(target, node.value):
+                    if name in values:
+                        node.value.elts[k] = ast.Constant(values[name])
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id in values:
             node.value = ast.Constant(values[node.target.id])
     return ast.unparse(ast.fix_missing_locations(tree))
+
+
+def _unpacked(target: ast.AST, value: ast.Tuple | ast.List) -> list[tuple[str, int]]:
+    """(name, element index) for a tuple target unpacking a literal tuple of the same length; [] otherwise
+    (`a, b = shape` cannot be rewritten, so its names are no size constants)."""
+    if not isinstance(target, (ast.Tuple, ast.List)) or len(target.elts) != len(value.elts):
+        return []
+    if not all(isinstance(e, ast.Name) for e in target.elts):
+        return []
+    return [(e.id, k) for k, e in enumerate(target.elts)]  # type: ignore[attr-defined]
+
+
+def _bindings(node: ast.Assign | ast.AnnAssign) -> dict[str, ast.AST]:
+    """The names a module-level assignment binds, each with the expression that gives its value (the
+    element of a literal tuple for `rows, cols = 64, 512`), for the assignments rewrite_constants rewrites."""
+    if isinstance(node, ast.AnnAssign):
+        return {node.target.id: node.value} if isinstance(node.target, ast.Name) and node.value is not None else {}
+    if all(isinstance(t, ast.Name) for t in node.targets):  # `height = width = 128` binds both
+        return {t.id: node.value for t in node.targets}  # type: ignore[attr-defined]
+    out: dict[str, ast.AST] = {}
+    if isinstance(node.value, (ast.Tuple, ast.List)):
+        for target in node.targets:
+            out.update({name: node.value.elts[k] for name, k in _unpacked(target, node.value)})
+    return out
 
 
 def load_variant(source: str, path: str, values: Mapping[str, int]) -> Any:

@@ -135,15 +135,16 @@ class BatchSummary:
 
 
 def summarize(rows: Sequence[TaskOutcome], wall_s: float) -> BatchSummary:
-    """fast_p counts correct tasks with speedup > p (strictly) over all tasks; failures are not fast."""
+    """fast_p counts correct tasks with speedup > p (strictly) over all tasks; failures are not fast, nor is
+    a correct task without a speed claim (its timings stayed noisy, or Triton's interpreter timed it)."""
     n = len(rows)
-    correct = [r for r in rows if r.correct and r.best_speedup is not None]
-    fast = {f"fast_{p:g}": (sum(1 for r in correct if r.best_speedup > p) / n if n else 0.0)  # type: ignore[operator]
+    timed = [r for r in rows if r.correct and r.best_speedup is not None]
+    fast = {f"fast_{p:g}": (sum(1 for r in timed if r.best_speedup > p) / n if n else 0.0)  # type: ignore[operator]
             for p in FAST_P}
-    logs = [math.log(r.best_speedup) for r in correct if r.best_speedup and r.best_speedup > 0]
+    logs = [math.log(r.best_speedup) for r in timed if r.best_speedup and r.best_speedup > 0]
     geo = math.exp(sum(logs) / len(logs)) if logs else None
-    return BatchSummary(n, len(correct), fast, geo, sum(r.tokens for r in rows), _total(r.dollars for r in rows),
-                        wall_s, tuple(rows))
+    return BatchSummary(n, sum(1 for r in rows if r.correct), fast, geo, sum(r.tokens for r in rows),
+                        _total(r.dollars for r in rows), wall_s, tuple(rows))
 
 
 def _total(costs: Iterable[float | None]) -> float | None:
@@ -402,7 +403,10 @@ def _outcome(row: TaskOutcome, run_dir: Path, reason: str, message: str, *, prio
         return replace(row, status="skipped", run_dir=str(run_dir), correct=False, best_speedup=None,
                        wall_s=prior_s, stop_reason=reason, message=f"skipped: does not fit this card ({message})",
                        gpu=gpu)
-    return replace(row, status="done", run_dir=str(run_dir), correct=state.best_round is not None,
+    # Correct: some round was accepted (a round whose timing stayed noisy is accepted, never the best).
+    correct = state.best_round is not None or any(r.result is not None and r.result.accepted
+                                                  for r in store.rounds())
+    return replace(row, status="done", run_dir=str(run_dir), correct=correct,
                    best_speedup=best,
                    best_round=state.best_round, rounds=int(state.rounds_done or 0),
                    tokens=sum(c.usage.total_tokens for c in calls), dollars=known_cost(calls),

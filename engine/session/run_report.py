@@ -16,7 +16,9 @@ BAR_WIDTH = 30
 
 def best_round(rounds: list[RoundRecord]) -> RoundRecord | None:
     """The accepted round with the highest speedup (earliest on a tie); where no accepted round's time is
-    a speed claim (Triton's interpreter on the CPU), the latest accepted round."""
+    a speed claim (Triton's interpreter on the CPU), the latest accepted round. A noisy timing is no
+    result (EvalResult.noisy): such a round is never the best."""
+    rounds = [r for r in rounds if r.result is None or not r.result.noisy]
     accepted = [r for r in rounds if r.speedup is not None]
     if accepted:
         return max(accepted, key=lambda r: (r.speedup, -r.round))
@@ -41,7 +43,8 @@ def round_rows(rounds: list[RoundRecord]) -> list[tuple[str, ...]]:
     for r in rounds:
         sp = f"{r.speedup:.2f}x" if r.speedup is not None else "-"
         rows.append((str(r.round), r.kind, "-" if r.parent is None else str(r.parent), r.outcome, sp,
-                     f"{r.tokens}", format_cost(r.cost_usd), "best" if best is not None and r.round == best.round else ""))
+                     f"{r.tokens}", format_cost(r.cost_usd), "best" if best is not None and r.round == best.round
+                     else "noisy timing" if r.result is not None and r.result.noisy else ""))
     return rows
 
 

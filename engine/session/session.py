@@ -557,6 +557,13 @@ class Session:
         if repeat_of is not None and result is not None and result.accepted:
             prog.since_best += 1  # the same candidate again: never a new best, the head stays
             return
+        if result is not None and result.accepted and result.noisy:
+            # A noisy timing is no result: never the best, never what an optimize round builds on. The next
+            # round starts from the best (or from where this one started).
+            prog.failures = 0
+            prog.since_best += 1
+            prog.head = prog.best if prog.best is not None else parent
+            return
         if result is not None and result.accepted and result.speedup is None:
             # accepted, timed by Triton's interpreter: no speed claim, so the newest such round is the best
             prog.failures, prog.since_best, prog.head = 0, 0, n

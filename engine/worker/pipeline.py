@@ -12,7 +12,7 @@ from typing import Any
 
 from cudaforge.engine import observe
 from cudaforge.engine.compiler_log import headline
-from cudaforge.engine.integrity import evidence
+from cudaforge.engine.integrity import evidence, precision
 from cudaforge.engine.integrity import runtime as runtime_checks
 from cudaforge.engine.integrity.outputs import check_cache_reuse
 from cudaforge.engine.integrity.static import source_findings
@@ -35,7 +35,17 @@ from cudaforge.engine.worker.harness import (
     versions,
 )
 from cudaforge.engine.worker.job import EvalJob
-from cudaforge.engine.worker.timing import REAL_CLOCKS, Timer, capture_clocks, quartiles, stats
+from cudaforge.engine.worker.kernel_timer import with_kernel_timer
+from cudaforge.engine.worker.timing import (
+    REAL_CLOCKS,
+    HookChain,
+    ThreadPin,
+    Timer,
+    capture_clocks,
+    quartiles,
+    stats,
+    until_quiet,
+)
 
 _CUDA_ERROR = re.compile(r"CUDA error|illegal memory access|an illegal instruction|unspecified launch failure|"
                          r"misaligned address|CUDA_ERROR|device-side assert|AcceleratorError", re.I)
@@ -319,14 +329,18 @@ def _run_reference(model: Any, inputs: list[Any], device: Any) -> Any:
     return out
 
 
+# The backend numerics flags around every candidate call (integrity/precision.py: `precision_flags`).
+PRECISION = precision.PrecisionWatch()
+
+
 def _run_candidate(model_new: Any, inputs: list[Any], device: Any) -> Any:
     import torch
 
     try:
-        with torch.no_grad():
+        with PRECISION.call("ModelNew.forward"), torch.no_grad():
             out = model_new(*inputs)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
     except SystemExit as exc:
         raise CandidateFailure("crash", f"the candidate called sys.exit({exc.code}) in forward") from None
     except Exception as exc:
@@ -409,13 +423,22 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
             compiled_note = f"torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}"
         phase("timing")
     gpu_share.write(job.gpu_lock_path)  # the timed window holds the GPU alone (readers drained and synced)
+    pin = ThreadPin(torch.get_num_threads()) if device.type == "cpu" else None  # both sides, every call
+    hooks = HookChain(output_check, PRECISION, *([pin] if pin is not None else []))
+    interpreted = job.format == "triton" and triton_support.interpreting()
+    # Noisy timing is no result: re-measured while either side's spread is over the threshold (integrity/
+    # evidence.py `noisy_timing`); interpreter time makes no speed claim, so it is measured once.
+    threshold = 0.0 if interpreted else float(t.get("noise_threshold", 0.0))
     try:
-        samples = timer.event_times(fns, int(t["warmup"]), int(t["trials"]), warmup_ms=float(t.get("warmup_ms", 0.0)),
-                                    min_time_ms=float(t.get("min_time_ms", 0.0)),
-                                    max_trials=int(t["max_trials"]) if t.get("max_trials") else None,
-                                    hooks=output_check)
-        host = timer.host_times({k: fns[k] for k in ("reference", "candidate")}, int(t["host_trials"])) \
-            if device.type == "cuda" else None
+        samples, measurements = until_quiet(
+            lambda: timer.event_times(fns, int(t["warmup"]), int(t["trials"]), warmup_ms=float(t.get("warmup_ms", 0.0)),
+                                      min_time_ms=float(t.get("min_time_ms", 0.0)),
+                                      max_trials=int(t["max_trials"]) if t.get("max_trials") else None, hooks=hooks),
+            threshold, int(t.get("noise_retries", 0)))
+        host, busy, kernel_note = with_kernel_timer(  # CUPTI on the host-timed calls, not in the event window
+            timer, lambda flush: timer.host_times({k: fns[k] for k in ("reference", "candidate")},
+                                                  int(t["host_trials"]), hooks=PRECISION, flush=flush)
+            if device.type == "cuda" else None)
     except CandidateFailure:
         raise
     except Exception as exc:
@@ -423,7 +446,9 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
     gpu_share.read(job.gpu_lock_path, "gpu_wait")  # back to side-by-side work (the release syncs first)
     method = "cuda_event" if device.type == "cuda" else "perf_counter"
     ref_s, cand_s = stats(samples["reference"], method), stats(samples["candidate"], method)
-    interpreted = job.format == "triton" and triton_support.interpreting()
+    noisy = evidence.noisy_timing_finding(ref_s, cand_s, threshold, measurements)
+    if noisy is not None:
+        findings.append(noisy)
     if interpreted:  # interpreter time: reported, but no speed claim is made from it
         cand_s = stats(samples["candidate"], triton_support.INTERPRETER_METHOD)
     r25, r75 = quartiles(samples["reference"])
@@ -439,6 +464,14 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
                                               stats(host_events["candidate"], method))
         if hidden is not None:
             findings.append(hidden)
+    kwargs["kernel_timer"] = kernel_note
+    if busy.get("candidate") and busy.get("reference"):
+        kwargs["kernel_reference"] = stats(busy["reference"], "cupti_busy")
+        kwargs["kernel_candidate"] = stats(busy["candidate"], "cupti_busy")
+        disagree = evidence.timer_disagreement_finding(cand_s.median_ms, kwargs["kernel_candidate"].median_ms,
+                                                       ref_s.median_ms, kwargs["kernel_reference"].median_ms)
+        if disagree is not None:
+            findings.append(disagree)
     if "compile" in samples:
         comp = stats(samples["compile"], method)
         kwargs["compile_baseline"] = comp
@@ -451,7 +484,9 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
         speedup, low, high = None, 0.0, 0.0
         kwargs["speedup_vs_compile"] = None
     timing_result = Timing(reference=ref_s, candidate=cand_s, speedup=speedup, speedup_low=low, speedup_high=high,
-                           l2_flush=timer.flush_buffer is not None, warmup=int(t["warmup"]), settings=settings, **kwargs)
+                           l2_flush=timer.flush_buffer is not None, warmup=int(t["warmup"]), settings=settings,
+                           measurements=measurements, noise_threshold=threshold or None,
+                           cpu_threads=pin.threads if pin is not None else None, **kwargs)
     _speed_of_light(job, inputs, model, cand_s.median_ms, device, findings)
     findings.extend(output_check.findings())
     findings.extend(runtime_checks.clock_findings(timer.clock_totals))
@@ -622,13 +657,15 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
     recorder.install()
     identity = evidence.harness_identity()
     capture_clocks()
+    PRECISION.capture()
     threads_before = thread_names()
     # Static integrity checks read the sources before any candidate code runs (it cannot rewrite them first).
     source_checks = source_findings(Path(job.candidate_path).read_text(encoding="utf-8"),
                                     Path(job.task_path).read_text(encoding="utf-8"), precision=job.precision)
     task, init, model = load_task(job, device)
     memory.check_task(job, task, init, device, _float_dtype(job.precision), mem)  # before the candidate
-    model_new, build = build_candidate(job, recorder, task, init, device)
+    with PRECISION.call("the candidate's import and ModelNew(...)"):
+        model_new, build = build_candidate(job, recorder, task, init, device)
     result["compile"] = {"ok": True, "format": job.format, **build}
     subclassed = evidence.subclass_finding(task, sys.modules.get("cudaforge_candidate"))
     if subclassed is not None:
@@ -649,7 +686,7 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
     result["kernels"] = check_custom_code(job, recorder, model_new, inputs, device, findings)
     extra_threads = thread_names() - threads_before
     if not corr["passed"]:
-        result["findings"] = [to_dict(f) for f in findings]
+        result["findings"] = [to_dict(f) for f in findings + PRECISION.findings()]
         result["outcome"] = "wrong_result"
         failed = [t for t in corr["trial_results"] if not t["passed"]]
         first = next((o for o in failed[0]["outputs"] if not o["passed"]), None) if failed else None
@@ -679,6 +716,7 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
         result["compile"]["triton"] = triton_support.build_info(sys.modules.get("cudaforge_candidate"))
     findings.extend(f for f in (evidence.tampering_finding(identity, evidence.harness_identity()),
                                 evidence.threads_finding(extra_threads)) if f is not None)
+    findings.extend(PRECISION.findings())
     result["findings"] = [to_dict(f) for f in findings]
     result["outcome"] = "ok"
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from cudaforge.engine.integrity.evidence import is_noisy
 from cudaforge.engine.results import TimingStats
 
 
@@ -42,6 +43,60 @@ def capture_clocks() -> None:
     REAL_CLOCKS["event"] = torch.cuda.Event
 
 
+def until_quiet(measure: Callable[[], dict[str, list[float]]], threshold: float, retries: int) \
+        -> tuple[dict[str, list[float]], int]:
+    """Measure, and measure again while the reference's or the candidate's spread (IQR / median) is over
+    `threshold`, at most `retries` more times: (the first quiet measurement, else the last; how many were
+    taken). A disturbed machine or card gives one noisy window more often than three."""
+    measurements = 0
+    while True:
+        samples = measure()
+        measurements += 1
+        quiet = not is_noisy(stats(samples["reference"], ""), stats(samples["candidate"], ""), threshold)
+        if quiet or measurements > retries:
+            return samples, measurements
+
+
+class ThreadPin:
+    """CPU device: torch's intra-op thread count, the same for both sides of every timed call (a hook,
+    run before each call, outside the timed window)."""
+
+    def __init__(self, threads: int) -> None:
+        import torch
+
+        self.threads = threads
+        self._torch = torch
+        torch.set_num_threads(threads)
+
+    def before(self, name: str) -> None:
+        if self._torch.get_num_threads() != self.threads:
+            self._torch.set_num_threads(self.threads)
+
+    def after(self, name: str, out: Any) -> None:
+        pass
+
+
+class HookChain:
+    """Several timing hooks as one (Timer.event_times' `hooks`): each one's begin/before in order, after in
+    reverse order, so the first hook's before runs first and its after last (it wraps the others)."""
+
+    def __init__(self, *hooks: Any) -> None:
+        self.hooks = hooks
+
+    def begin(self, trials: int) -> None:
+        for h in self.hooks:
+            if hasattr(h, "begin"):
+                h.begin(trials)
+
+    def before(self, name: str) -> None:
+        for h in self.hooks:
+            h.before(name)
+
+    def after(self, name: str, out: Any) -> None:
+        for h in reversed(self.hooks):
+            h.after(name, out)
+
+
 class Timer:
     """Interleaved timing of several callables with an L2 flush before every call."""
 
@@ -60,6 +115,7 @@ class Timer:
         self._mono = REAL_CLOCKS["monotonic"]
         # CPU: each callable's total on the timer clock and on an independent clock (checks.clock_findings).
         self.clock_totals: dict[str, tuple[float, float]] = {}
+        self.host_order: list[str] = []  # the callables in the order host_times called them
 
     def flush(self) -> None:
         if self.flush_buffer is not None:
@@ -128,25 +184,34 @@ class Timer:
                 samples[n].append(start_ev.elapsed_time(end_ev))
         return samples
 
-    def host_times(self, fns: dict[str, Callable[[], Any]], trials: int) -> tuple[dict[str, list[float]],
-                                                                                 dict[str, list[float]]]:
+    def host_times(self, fns: dict[str, Callable[[], Any]], trials: int, *, hooks: Any = None,
+                   flush: Callable[[], None] | None = None) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
         """CUDA only: device-wide synchronized host timing, with CUDA events on the current stream around
         the same calls: (host ms, event ms). Work hidden on side streams or threads is in the first, not
-        the second."""
+        the second. `hooks` (before(name), after(name, output)) run outside the timed part of each call;
+        `flush` replaces the L2 flush (kernel_timer.py flushes on a stream of its own); `host_order` keeps
+        the order of the calls."""
         names = list(fns)
         host: dict[str, list[float]] = {n: [] for n in names}
         event: dict[str, list[float]] = {n: [] for n in names}
+        self.host_order = []
         for i in range(trials):
             order = names if i % 2 == 0 else names[::-1]
             for n in order:
-                self.flush()
+                if hooks is not None:
+                    hooks.before(n)
+                (flush or self.flush)()
+                self.host_order.append(n)
                 self._sync()
                 start_ev, end_ev = self._event(enable_timing=True), self._event(enable_timing=True)
                 t0 = self._perf()
                 start_ev.record()
-                fns[n]()
+                out = fns[n]()
                 end_ev.record()
                 self._sync()
                 host[n].append((self._perf() - t0) * 1e3)
                 event[n].append(start_ev.elapsed_time(end_ev))
+                if hooks is not None:
+                    hooks.after(n, out)
+                del out
         return host, event

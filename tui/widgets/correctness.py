@@ -3,7 +3,7 @@ elements (index, expected, got); the timing summary; the integrity findings with
 
 from __future__ import annotations
 
-from cudaforge.engine.result_text import format_memory
+from cudaforge.engine.result_text import format_memory, timing_notes
 from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult, OutputCheck
 from cudaforge.tui.format import SEVERITY_STYLE, fmt_err, fmt_speedup, status_glyph
 from cudaforge.tui.model import RoundView, RunModel
@@ -72,6 +72,8 @@ def render_correctness(result: EvalResult | None) -> RenderableType:
                if t.speedup is not None else NO_SPEED_CLAIM)
             + (f", vs torch.compile {fmt_speedup(t.speedup_vs_compile)}" if t.speedup_vs_compile else ""),
             style="bold"))
+        for note in timing_notes(t):
+            parts.append(Text(note, style="yellow" if note.startswith("spread") and "NOISY" in note else "dim"))
     if result.memory is not None and format_memory(result.memory):
         parts.append(Text(format_memory(result.memory), style="red" if result.memory.fits is False else "dim"))
     if result.findings:

@@ -1,0 +1,130 @@
+"""The CUPTI kernel-time timer (#23): the union of kernel intervals, the split of the device timeline at
+our flush kernels, the 15% rule; on a GPU, honest kernels agree with the events and side-stream work does
+not."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from adversarial_kit import describe, evaluate, names
+from cudaforge.engine.integrity.evidence import TIMER_TOLERANCE, timer_disagreement_finding
+from cudaforge.engine.worker.kernel_timer import Activity, busy_per_call, union_ms
+
+ADV_CUDA = Path(__file__).parent / "adversarial" / "cuda"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+US = 1000  # ns
+
+
+def test_union_counts_overlapping_work_once() -> None:
+    assert union_ms([]) == 0.0
+    assert union_ms([(0, 10 * US)]) == pytest.approx(0.010)
+    # two streams overlapping for 5 µs, then a gap, then a kernel inside another: 15 + 20 µs
+    assert union_ms([(0, 10 * US), (5 * US, 15 * US), (100 * US, 120 * US), (105 * US, 110 * US)]) == \
+        pytest.approx(0.035)
+    assert union_ms([(10 * US, 20 * US), (0, 5 * US)]) == pytest.approx(0.015)  # any order
+    assert union_ms([(0, 10 * US), (10 * US, 20 * US)]) == pytest.approx(0.020)  # touching
+
+
+def _flush(t_us: int) -> Activity:
+    return Activity(t_us * US, (t_us + 3) * US, stream=99, name="fill (our flush)")
+
+
+def test_the_timeline_is_split_at_our_flush_kernels_and_they_are_left_out() -> None:
+    order = ["reference", "candidate", "candidate", "reference"]
+    acts = [_flush(0),  # the marker before the first call
+            _flush(10), Activity(20 * US, 60 * US, 7, "ref_kernel"),
+            _flush(100), Activity(110 * US, 130 * US, 7, "cand"), Activity(120 * US, 150 * US, 13, "side"),
+            _flush(200), Activity(210 * US, 230 * US, 7, "cand"),
+            _flush(300), Activity(310 * US, 350 * US, 7, "ref_kernel")]
+    busy, note = busy_per_call(list(reversed(acts)), order)  # the records may come in any order
+    assert note == ""
+    assert busy["reference"] == [pytest.approx(0.040), pytest.approx(0.040)]
+    # the side-stream kernel overlaps the candidate's own by 10 µs: 40 µs busy, not 50
+    assert busy["candidate"] == [pytest.approx(0.040), pytest.approx(0.020)]
+
+
+def test_a_call_without_kernels_is_zero_busy_and_missing_flushes_are_said() -> None:
+    busy, note = busy_per_call([_flush(0), _flush(10), _flush(20), Activity(25 * US, 30 * US, 7, "k")],
+                               ["reference", "candidate"])
+    assert note == "" and busy == {"reference": [0.0], "candidate": [pytest.approx(0.005)]}
+    busy, note = busy_per_call([_flush(0), _flush(10)], ["reference", "candidate"])
+    assert busy == {} and "cannot be told apart" in note
+    assert busy_per_call([], ["reference"]) == ({}, "no CUPTI activity records")
+
+
+def test_events_more_than_15_percent_below_the_busy_time_disagree() -> None:
+    assert TIMER_TOLERANCE == 0.15
+    assert timer_disagreement_finding(0.090, 0.100) is None  # 10% less: within
+    assert timer_disagreement_finding(0.086, 0.100) is None
+    assert timer_disagreement_finding(0.300, 0.100) is None  # events above: launch gaps, no finding
+    assert timer_disagreement_finding(0.010, 0.0) is None  # nothing ran on the device
+    f = timer_disagreement_finding(0.020, 0.100, 0.5, 0.49)
+    assert f is not None and f.name == "timer_disagreement" and f.severity == "warn"
+    assert f.evidence["ratio"] == pytest.approx(0.2) and f.evidence["cupti_busy_candidate_ms"] == 0.100
+    assert "80% less" in f.message
+
+
+def test_on_the_cpu_device_the_timer_is_absent_and_says_so(cpu_options) -> None:
+    r = evaluate(cpu_options, "honest.py")
+    assert r.outcome == "ok" and r.timing is not None, describe(r)
+    assert r.timing.kernel_candidate is None and r.timing.kernel_reference is None
+    assert r.timing.kernel_timer == "absent: the CPU device launches no kernels"
+    from cudaforge.engine.result_text import format_result
+
+    assert "CUPTI kernel timer absent: the CPU device launches no kernels" in format_result(r)
+
+
+# ------------------------------------------------------------------ GPU
+
+
+@pytest.fixture(scope="module")
+def gpu_opts(gpu_options):
+    return replace(gpu_options, timing={**gpu_options.timing, "noise_threshold": 0.25, "noise_retries": 2})
+
+
+def _evaluate_example(options, example: str):  # -> EvalResult
+    import asyncio
+
+    from cudaforge.engine.candidate import load_candidate
+    from cudaforge.engine.evaluation.evaluator import Evaluator
+    from cudaforge.engine.task import load_task
+
+    folder = EXAMPLES / example
+    return asyncio.run(Evaluator(options).evaluate(load_task(folder / "task.py"), load_candidate(folder / "nvrtc.py")))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("example", ["matmul", "gemm_epilogue"])
+def test_gpu_honest_long_kernels_agree_with_the_events_within_5_percent(gpu_opts, example: str) -> None:
+    """Millisecond kernels: launch overhead is lost in them, so the two clocks measure the same thing."""
+    r = _evaluate_example(gpu_opts, example)
+    assert r.outcome == "ok", describe(r)
+    t = r.timing
+    assert t is not None and t.kernel_candidate is not None and t.kernel_reference is not None, t
+    assert t.kernel_candidate.median_ms == pytest.approx(t.candidate.median_ms, rel=0.05), describe(r)
+    assert t.kernel_reference.median_ms == pytest.approx(t.reference.median_ms, rel=0.05), describe(r)
+    assert "timer_disagreement" not in names(r)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("example", ["relu", "gelu", "softmax", "layernorm", "maxpool2d"])
+def test_gpu_honest_short_kernels_never_time_below_their_busy_time(gpu_opts, example: str) -> None:
+    """~60-100 µs kernels: the events may hold some launch latency above the busy time (no finding), never
+    meaningfully less."""
+    r = _evaluate_example(gpu_opts, example)
+    assert r.outcome == "ok", describe(r)
+    t = r.timing
+    assert t is not None and t.kernel_candidate is not None, t
+    assert t.candidate.median_ms >= 0.95 * t.kernel_candidate.median_ms, describe(r)
+    assert "timer_disagreement" not in names(r)
+
+
+@pytest.mark.gpu
+def test_gpu_side_stream_work_disagrees_or_fails(gpu_opts) -> None:
+    r = evaluate(gpu_opts, "cuda/side_stream.py", ADV_CUDA / "task.py")
+    assert r.outcome == "integrity_failure", describe(r)
+    assert {"timer_disagreement", "hidden_async_work"} & names(r), describe(r)
+    assert r.timing is not None and r.timing.kernel_candidate is not None
+    assert r.timing.kernel_candidate.median_ms > r.timing.candidate.median_ms, describe(r)
