@@ -14,6 +14,7 @@ from cudaforge.engine.results import to_dict
 from cudaforge.engine.session import (
     CandidateMeta,
     CoderDraft,
+    DecisionEntry,
     GpuInfo,
     JudgeDraft,
     Manifest,
@@ -43,6 +44,7 @@ FULL = [
                error={"kind": "budget", "message": "cap"}, records=({"call_id": "c1"},), prompt={"system": "s"}),
     JudgeDraft(subject_round=1, mode="optimize", text="vectorize", source="llm", reply={"records": [{"call_id": "j"}]}),
     Recommendation(text="vectorize", source="person", mode="optimize", subject_round=1, draft=2),
+    DecisionEntry(point="recommendation", n=2, by="person", action="branch", text=None, round=1, at=3.5),
 ]
 
 
@@ -81,6 +83,8 @@ def _files(run: Path) -> list[tuple[type, Path]]:
                 (Recommendation, folder / "recommendation.json")]
         out += [(CoderDraft, p) for p in sorted(folder.glob("coder-*.json"))]
         out += [(JudgeDraft, p) for p in sorted(folder.glob("judge-*.json"))]
+        if (folder / "decisions.json").is_file():
+            out += [(DecisionEntry, folder / "decisions.json")]
     return [(cls, p) for cls, p in out if p.is_file()]
 
 
@@ -90,10 +94,11 @@ def test_run_folder_files_read_into_their_records_key_for_key(run: Path) -> None
     assert {cls for cls, _ in files} >= {Manifest, State, RoundMeta, CandidateMeta, Recommendation, CoderDraft,
                                          JudgeDraft}
     for cls, path in files:
-        raw = json.loads(path.read_text())
-        record = cls.from_dict(raw)
-        _read_like(record, raw)
-        assert cls.from_dict(record.to_dict()) == record, path
+        loaded = json.loads(path.read_text())
+        for raw in loaded if isinstance(loaded, list) else [loaded]:  # decisions.json: a list of entries
+            record = cls.from_dict(raw)
+            _read_like(record, raw)
+            assert cls.from_dict(record.to_dict()) == record, path
 
 
 def test_the_recorded_run_reads_by_attribute() -> None:

@@ -74,7 +74,7 @@ async def test_approve_a_round_and_measure_key_latency(tmp_path: Path, cache_dir
     rec = store.load_round(1)
     assert rec.origin == "coder" and rec.result is not None and rec.result.outcome == "ok"
     assert store.state.stop_reason == "max_rounds"
-    assert [d["action"] for d in rec.decisions] == ["approve"]
+    assert [d.action for d in rec.decisions] == ["approve"]
 
 
 async def test_edit_a_candidate_in_place_and_run_it(tmp_path: Path, cache_dir: Path) -> None:
@@ -139,7 +139,7 @@ async def test_regenerate_the_coders_candidate(tmp_path: Path, cache_dir: Path) 
             assert app.model.get(1).status == "ok"  # type: ignore[union-attr]
         assert len(server.requests) == 2
     rec = RunStore.open(run_dir(app), read_only=True).load_round(1)
-    assert rec.coder_drafts == 2 and [d["action"] for d in rec.decisions] == ["regenerate", "approve"]
+    assert rec.coder_drafts == 2 and [d.action for d in rec.decisions] == ["regenerate", "approve"]
 
 
 async def test_branch_from_an_earlier_round(tmp_path: Path, cache_dir: Path) -> None:

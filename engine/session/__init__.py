@@ -32,6 +32,7 @@ from cudaforge.engine.session.factory import NO_LLM_NOTICE, build_parts, create_
 from cudaforge.engine.session.records import (
     CandidateMeta,
     CoderDraft,
+    DecisionEntry,
     GpuInfo,
     JudgeDraft,
     Manifest,
@@ -56,6 +57,6 @@ __all__ = [
     "PhaseChanged", "ProfileReady", "QueueDriver", "Reverted", "RoundFinished", "RoundRecord", "RoundStarted",
     "RunStore", "RunSummary", "ScriptedDriver", "Session", "SessionPolicy", "SessionStarted", "SessionStopped",
     "UsageUpdated", "build_parts", "create_session", "list_runs", "prune_cache", "prune_runs", "resume_session",
-    "CandidateMeta", "CoderDraft", "GpuInfo", "JudgeDraft", "Manifest", "Recommendation", "RoundMeta", "State",
+    "CandidateMeta", "CoderDraft", "DecisionEntry", "GpuInfo", "JudgeDraft", "Manifest", "Recommendation", "RoundMeta", "State",
     "round_status",
 ]

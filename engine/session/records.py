@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 from cudaforge.engine.results import EvalResult, from_dict, to_dict
+from cudaforge.engine.session.decisions import Decision
 
 SCHEMA_VERSION = 1
 
@@ -155,6 +156,23 @@ class Recommendation(_Record):
     mode: str | None = None
     subject_round: int | None = None
     draft: int | None = None  # the judge-K draft it came from
+
+
+@dataclass(frozen=True)
+class DecisionEntry(_Record):
+    """One entry of rounds/NNN/decisions.json: a decision at one of the round's decision points, in order."""
+
+    point: str = "candidate"  # candidate | recommendation
+    n: int = 0  # the draft it answered (coder-K / judge-K)
+    by: str = "person"  # person | auto
+    action: str = "approve"
+    text: str | None = None  # the edited candidate or recommendation
+    round: int | None = None  # the round to branch from
+    at: float = 0.0
+
+    @property
+    def decision(self) -> Decision:
+        return Decision.from_dict({"action": self.action, "text": self.text, "round": self.round})
 
 
 def round_status(result: EvalResult | None, *, coder_error: str | None, finished: bool, outcome: str = "") -> str:

@@ -53,7 +53,14 @@ from cudaforge.engine.session.events import (
     StopReason,
     UsageUpdated,
 )
-from cudaforge.engine.session.records import CandidateMeta, CoderDraft, JudgeDraft, Recommendation, RoundMeta
+from cudaforge.engine.session.records import (
+    CandidateMeta,
+    CoderDraft,
+    DecisionEntry,
+    JudgeDraft,
+    Recommendation,
+    RoundMeta,
+)
 from cudaforge.engine.session.store import RoundRecord, RunStore
 from cudaforge.engine.task import Task
 
@@ -601,8 +608,7 @@ class Session:
             self._emit(JudgeRecommended(n, rec.subject_round, rec.judge_mode or "optimize",  # type: ignore[arg-type]
                                         rec.recommendation, rec.judge_source or "llm", True))  # type: ignore[arg-type]
         for d in rec.decisions:
-            self._emit(DecisionMade(n, d.get("point", "candidate"), d.get("action", "approve"),
-                                    d.get("by", "person"), True))
+            self._emit(DecisionMade(n, d.point, d.action, d.by, True))  # type: ignore[arg-type]
         if rec.candidate is not None:
             self._emit(CandidateProposed(n, rec.candidate, rec.format or "", rec.origin or "coder",  # type: ignore[arg-type]
                                          rec.explanation, True))
@@ -634,13 +640,13 @@ class Session:
     async def _decide(self, n: int, point: DecisionPoint, k: int, text: str, options: tuple[Any, ...]) -> Decision:
         # Stored decisions are replayed in the order they were made: re-walking the same steps with
         # the same answers reproduces the same path (regenerations, rejected edits, branches).
-        stored = [e for e in self.store.decisions(n) if e.get("point") == point and e.get("action") != "stop"]
+        stored = [e for e in self.store.decisions(n) if e.point == point and e.action != "stop"]
         used = self._replayed.get((n, point), 0)
         if used < len(stored):
             entry = stored[used]
             self._replayed[(n, point)] = used + 1
-            decision = Decision.from_dict(entry)
-            self._emit(DecisionMade(n, point, decision.action, entry.get("by", "person"), replayed=True))
+            decision = entry.decision
+            self._emit(DecisionMade(n, point, decision.action, entry.by, replayed=True))  # type: ignore[arg-type]
             return decision
         if self._stop_requested:
             raise _Stop("stopped_by_user", "stopped on request")
@@ -657,7 +663,8 @@ class Session:
                 self._emit(Notice("error", f"'{decision.action}' is not possible here; choose one of "
                                            + ", ".join(options)))
                 return await self._decide(n, point, k, text, options)
-        self.store.add_decision(n, {"point": point, "n": k, "by": by, **decision.to_dict()})
+        self.store.add_decision(n, DecisionEntry(point=point, n=k, by=by, action=decision.action, text=decision.text,
+                                                 round=decision.round))
         self._replayed[(n, point)] = self._replayed.get((n, point), 0) + 1
         self._emit(DecisionMade(n, point, decision.action, by))  # type: ignore[arg-type]
         if decision.action == "stop":

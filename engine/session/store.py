@@ -44,6 +44,7 @@ from cudaforge.engine.session.records import (
     SCHEMA_VERSION,
     CandidateMeta,
     CoderDraft,
+    DecisionEntry,
     GpuInfo,
     JudgeDraft,
     Manifest,
@@ -97,7 +98,7 @@ class RoundRecord:
     judge_mode: str | None = None
     judge_source: str | None = None
     subject_round: int | None = None
-    decisions: tuple[dict[str, Any], ...] = ()
+    decisions: tuple[DecisionEntry, ...] = ()
     coder_drafts: int = 0
     judge_drafts: int = 0
     cost_usd: float | None = 0.0  # None: a call of the round has no price (unknown, not free)
@@ -362,12 +363,12 @@ class RunStore:
             return None
         return path.read_text(encoding="utf-8")
 
-    def decisions(self, n: int) -> list[dict[str, Any]]:
-        return list(self.get(n, "decisions") or [])
+    def decisions(self, n: int) -> list[DecisionEntry]:
+        return [DecisionEntry.from_dict(e) for e in self.get(n, "decisions") or [] if isinstance(e, dict)]
 
-    def add_decision(self, n: int, entry: dict[str, Any]) -> None:
-        items = self.decisions(n)
-        items.append({**entry, "at": time.time()})
+    def add_decision(self, n: int, entry: DecisionEntry) -> None:
+        items = [e.to_dict() for e in self.decisions(n)]
+        items.append(replace(entry, at=time.time()).to_dict())
         self.put(n, "decisions", items)
 
     def profile(self, n: int) -> tuple[ProfileResult | None, Analysis | None] | None:
