@@ -23,7 +23,7 @@ def _config(root: Path, server: ScriptedLLMServer, cache_dir: Path, rounds: int 
     # is never assumed free, engine/llm/prices.py)
     path = root / "cf.toml"
     path.write_text(
-        f'[eval]\ndevice = "cpu"\ntrials = 2\n[timing]\nwarmup = 1\ntrials = 5\nhost_trials = 3\nl2_flush = false\n'
+        f'[eval]\ndevice = "cpu"\ntrials = 2\n[timing]\nwarmup = 1\ntrials = 5\nhost_trials = 3\nl2_flush = false\nnoise_threshold = 0.0\n'
         f'[session]\nrounds = {rounds}\nformat = "cpu"\n[budget]\ndollars = 100.0\nbatch_dollars = 100.0\n'
         f'[run]\nfolder = "{root / "runs"}"\ncache_dir = "{cache_dir}"\n'
         f'[coder]\nprovider = "openai"\nmodel = "mystery-model"\nbase_url = "{server.base_url_openai}"\n'

@@ -66,7 +66,7 @@ def _config_file(tmp_path: Path, server: ScriptedLLMServer, cache_dir: Path) -> 
            f'api_key_env = "{KEY_ENV}"\ntimeout_s = 20.0\nmax_retries = 0\n')
     path = tmp_path / "cf.toml"
     path.write_text(
-        f'[eval]\ndevice = "cpu"\ntrials = 2\n[timing]\nwarmup = 1\ntrials = 5\nhost_trials = 3\nl2_flush = false\n'
+        f'[eval]\ndevice = "cpu"\ntrials = 2\n[timing]\nwarmup = 1\ntrials = 5\nhost_trials = 3\nl2_flush = false\nnoise_threshold = 0.0\n'
         f'[session]\nrounds = 3\nformat = "cpu"\n[budget]\ndollars = 100.0\nbatch_dollars = 100.0\n'
         f'[run]\nfolder = "{tmp_path / "runs"}"\ncache_dir = "{cache_dir}"\n[coder]\n{llm}[judge]\n{llm}')
     return path

@@ -51,7 +51,7 @@ def _config_file(tmp_path: Path, server: ScriptedLLMServer, cache_dir: Path, rou
     path = tmp_path / "cf.toml"
     path.write_text(
         "# test configuration\n"
-        f'[eval]\ndevice = "cpu"\ntrials = 2\n[timing]\nwarmup = 1\ntrials = 5\nhost_trials = 3\nl2_flush = false\n'
+        f'[eval]\ndevice = "cpu"\ntrials = 2\n[timing]\nwarmup = 1\ntrials = 5\nhost_trials = 3\nl2_flush = false\nnoise_threshold = 0.0\n'
         f'[session]\nrounds = {rounds}\nformat = "cpu"\n[budget]\ndollars = 100.0\nbatch_dollars = 100.0\n'
         f'[run]\nfolder = "{tmp_path / "runs"}"\ncache_dir = "{cache_dir}"\n[coder]\n{llm}[judge]\n{llm}')
     return path

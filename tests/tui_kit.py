@@ -40,6 +40,7 @@ def write_config(folder: Path, cache_dir: Path, server: ScriptedLLMServer | None
         "trials = 5",
         "host_trials = 3",
         "l2_flush = false",
+        "noise_threshold = 0.0    # these flows are about the workbench; tests/test_noisy_timing.py covers noise",
         "",
         "[session]",
         f"rounds = {rounds}             # rounds per session",
