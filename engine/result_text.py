@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult, Memory, TimingStats
+from cudaforge.engine.speed_of_light import describe
 
 TICK, CROSS = "PASS", "FAIL"
 
@@ -50,6 +51,11 @@ def format_result(r: EvalResult, *, log_lines: int = 40) -> str:
         if t.host_candidate is not None and t.host_reference is not None:
             lines.append(f"  device-synchronized host time: reference {t.host_reference.median_ms * 1e3:.1f} µs, "
                          f"candidate {t.host_candidate.median_ms * 1e3:.1f} µs")
+    if r.speed_of_light is not None:
+        sol = r.speed_of_light
+        head = f"{sol.sol_fraction:.1%} of speed of light" if sol.sol_fraction is not None else "absent"
+        lines.append(f"speed of light: {head}")
+        lines += ["  " + x for x in describe(sol)]
     if r.kernels:
         lines.append("kernels launched by the candidate:")
         for kl in r.kernels[:10]:
