@@ -28,7 +28,9 @@ from cudaforge.engine.session import (
     QueueDriver,
     Reverted,
     RoundFinished,
+    RoundHeld,
     RoundStarted,
+    RulingMade,
     RunStore,
     Session,
     SessionStarted,
@@ -36,6 +38,8 @@ from cudaforge.engine.session import (
     create_session,
     resume_session,
 )
+from cudaforge.engine.session.review import rule_offline
+from cudaforge.engine.session.rulings import RulingKind
 from cudaforge.tui.cli import LaunchSpec, parse_args
 from cudaforge.tui.collector import HeapFreezer
 from cudaforge.tui.commands import WorkbenchCommands
@@ -58,6 +62,7 @@ from cudaforge.tui.widgets.footer import KeyFooter
 from cudaforge.tui.widgets.judge import JudgePane
 from cudaforge.tui.widgets.log import LogPane
 from cudaforge.tui.widgets.metrics import MetricsPane
+from cudaforge.tui.widgets.review import ReviewPane
 from cudaforge.tui.widgets.rounds import RoundsPane
 from cudaforge.tui.widgets.source import DIFF_MODES, SourcePane
 from cudaforge.tui.widgets.status import StatusBar
@@ -132,6 +137,7 @@ class WorkbenchApp(App[int]):
                 yield CorrectnessPane(id="correctness")
                 yield MetricsPane(id="metrics")
                 yield JudgePane(id="judge")
+                yield ReviewPane(id="review")
                 yield LogPane(id="log")
         yield DecisionBar(id="decision")
         yield StatusBar(self.system_stats, id="status")
@@ -289,6 +295,14 @@ class WorkbenchApp(App[int]):
                 self.selected = event.round
             case Reverted():
                 self._log(f"next round builds on round {event.to_round}: {event.reason}", "warning")
+            case RoundHeld() if not event.replayed:
+                self._log(f"round {event.round} is held for review: " + "; ".join(r.message for r in event.reasons),
+                          "warning")
+                self.notify(f"round {event.round} is held for review (Review pane: "
+                            f"{self.keys.get('show_review', '7')})", severity="warning", timeout=6)
+            case RulingMade() if not event.replayed:
+                self._log(f"round {event.ruling.round}: {event.ruling.ruling}ed by {event.ruling.who}"
+                          + (f" ({event.ruling.reason})" if event.ruling.reason else ""))
             case Notice():
                 self._log(event.text, event.level)
                 if event.level != "info":
@@ -326,7 +340,7 @@ class WorkbenchApp(App[int]):
         if self.selected is None:
             self.selected = m.latest()
         self.query_one(RoundsPane).show_model(m, self.selected)
-        self.query_one(SpeedupChart).show(m.speedups(), m.best_round)
+        self.query_one(SpeedupChart).show(m.speedups(), m.best_round, notes=m.chart_notes())
         self.query_one(StatusBar).show(m)
         self.query_one(DecisionBar).show(m.pending, self.keys,
                                          self._edited(), manual=m.mode == "manual")
@@ -337,7 +351,7 @@ class WorkbenchApp(App[int]):
         """Every pane draws itself from the selected round's view."""
         view = self.model.get(n)
         for pane in (self.source_pane, self.query_one(CompilerPane), self.query_one(CorrectnessPane),
-                     self.query_one(MetricsPane), self.judge_pane):
+                     self.query_one(MetricsPane), self.judge_pane, self.query_one(ReviewPane)):
             pane.show_round(self.model, view)
         if self.source_pane.diff_mode != "off":
             self._apply_diff(self.source_pane.diff_mode)
@@ -618,7 +632,7 @@ class WorkbenchApp(App[int]):
     def _show_tab(self, name: str) -> None:
         self._open_tab(name)
         target = {"source": "#source-editor", "judge": "#judge", "log": "#log", "compiler": "#compiler-scroll",
-                  "correctness": "#correctness", "metrics": "#metrics"}[name]
+                  "correctness": "#correctness", "metrics": "#metrics", "review": "#review-scroll"}[name]
         with contextlib.suppress(Exception):
             self.query_one(target).focus()
 
@@ -639,6 +653,41 @@ class WorkbenchApp(App[int]):
 
     def action_show_log(self) -> None:
         self._show_tab("log")
+
+    def action_show_review(self) -> None:
+        self._show_tab("review")
+
+    def action_accept_held(self) -> None:
+        self._rule("accept")
+
+    def action_reject_held(self) -> None:
+        self._rule("reject")
+
+    def _rule(self, kind: RulingKind) -> None:
+        """A ruling on the selected held round: through the live Session on its loop, else straight into
+        the run folder (a finished or browsed run); either way the model folds a RulingMade."""
+        n, view = self.selected, self.model.get(self.selected)
+        if view is None or view.hold_label != "held":
+            self.notify(f"round {n} is not held for review" if view is None or not view.hold
+                        else f"round {n} is already ruled: {view.hold_label}", severity="warning", timeout=4)
+            return
+        pane = self.query_one(ReviewPane)
+        reason = pane.reason
+        pane.clear_reason()
+        thread, task = self.session_thread, self.session_task
+        if self.session is not None and thread is not None and task is not None and not task.done():
+            thread.call(self.session.rule, n, kind, reason)
+            return
+        try:
+            made = rule_offline(self.model.run_dir, n, kind, reason)
+        except CudaforgeError as exc:
+            self._error(exc.message)
+            return
+        best = self.model.best_round, self.model.best_speedup
+        with contextlib.suppress(OSError, ValueError, CudaforgeError):
+            state = RunStore(Path(self.model.run_dir), read_only=True).state
+            best = state.get("best_round"), state.get("best_speedup")
+        self.post_message(EngineEvent(RulingMade(made, *best)))
 
     def action_latest(self) -> None:
         self.selected = self.model.latest()

@@ -21,9 +21,12 @@ from cudaforge.engine.session.events import (
     Notice,
     PhaseChanged,
     ProfileReady,
+    RerunFinished,
     Reverted,
     RoundFinished,
+    RoundHeld,
     RoundStarted,
+    RulingMade,
     SessionStarted,
     SessionStopped,
     UsageUpdated,
@@ -42,7 +45,8 @@ from cudaforge.engine.session.store import (
 __all__ = [
     "APPROVE", "NO_LLM_NOTICE", "STOP", "AutoApprove", "CandidateEvaluated", "CandidateProposed", "CoderFailed",
     "Decision", "DecisionMade", "DecisionNeeded", "Driver", "Event", "JudgeRecommended", "ModeChanged", "Notice",
-    "PhaseChanged", "ProfileReady", "QueueDriver", "Reverted", "RoundFinished", "RoundRecord", "RoundStarted",
+    "PhaseChanged", "ProfileReady", "QueueDriver", "RerunFinished", "Reverted", "RoundFinished", "RoundHeld",
+    "RoundRecord", "RoundStarted", "RulingMade",
     "RunStore", "RunSummary", "ScriptedDriver", "Session", "SessionPolicy", "SessionStarted", "SessionStopped",
     "UsageUpdated", "build_parts", "create_session", "list_runs", "prune_cache", "prune_runs", "resume_session",
 ]
