@@ -6,12 +6,13 @@ fresh worker beside the first run. `cudaforge rule` prints it; the workbench's R
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 from cudaforge.engine.hold import hold_lines
 from cudaforge.engine.profiling.result import ProfileResult
-from cudaforge.engine.results import EvalResult
+from cudaforge.engine.results import EvalResult, TimingStats
 from cudaforge.engine.session.rulings import Ruling, RulingKind
 from cudaforge.engine.session.store import RoundRecord, RunStore
 from cudaforge.engine.speed_of_light import describe
@@ -43,9 +44,12 @@ def _timers(label: str, r: EvalResult) -> list[str]:
     if t.host_candidate is not None and t.host_reference is not None:
         out.append(f"  device-synchronized host: candidate {t.host_candidate.median_ms * 1e3:.1f} µs, "
                    f"reference {t.host_reference.median_ms * 1e3:.1f} µs")
-    for key in ("cupti_candidate_ms", "cupti_busy_ms", "cupti"):  # the CUPTI timer, where the result has it
-        if key in t.settings:
-            out.append(f"  CUPTI kernel busy time: {json.dumps(t.settings[key], default=str)}")
+    for f in dataclasses.fields(t):  # the CUPTI kernel-time timer, in whatever fields the result has it
+        value = getattr(t, f.name)
+        if "cupti" in f.name and value is not None:
+            shown = f"{value.median_ms * 1e3:.1f} µs" if isinstance(value, TimingStats) else \
+                f"{value * 1e3:.1f} µs" if isinstance(value, float) and f.name.endswith("_ms") else str(value)
+            out.append(f"  CUPTI {f.name.replace('_', ' ')}: {shown}")
     if r.seeds:
         out.append(f"  seeds {', '.join(map(str, r.seeds))}")
     return out

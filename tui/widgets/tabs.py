@@ -13,7 +13,7 @@ from textual.widgets import Static
 
 # pane name -> its title; the App action `show_<name>` opens it
 PANES: dict[str, str] = {"source": "Source", "compiler": "Compiler", "correctness": "Correctness",
-                         "metrics": "NCU", "judge": "Judge", "review": "Review", "log": "Log"}
+                         "metrics": "NCU", "judge": "Judge", "log": "Log", "review": "Review"}
 
 
 class PaneTabs(Static):
