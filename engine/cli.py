@@ -91,6 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--round", type=int, help="export this round instead of the best")
     exp.add_argument("--report", help="where to write the markdown report")
     exp.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    rule = sub.add_parser("rule", help="list a run's rounds held for review and accept or reject them")
+    rule.add_argument("run_dir", metavar="RUN")
+    act = rule.add_mutually_exclusive_group()
+    act.add_argument("--accept", type=int, metavar="ROUND", help="accept this held round (no prompt)")
+    act.add_argument("--reject", type=int, metavar="ROUND", help="reject this held round (no prompt)")
+    rule.add_argument("--reason", default="", help="a one-line reason recorded with the ruling")
+    rule.add_argument("--who", help="who rules (default: the system user name)")
+    rule.add_argument("--json", action="store_true", help="list the held rounds as JSON")
+    rule.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     runs = sub.add_parser("runs", help="list runs; prune old runs and build caches")
     runs.add_argument("--runs", metavar="DIR", help="run folder root (default [run] folder)")
     runs.add_argument("--config", metavar="FILE")
@@ -140,34 +149,34 @@ def _eprint(*a: Any) -> None:
 
 async def _cmd_eval(args: argparse.Namespace) -> int:
     from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
+    from cudaforge.engine.hold import HoldSettings, hold_lines, hold_reasons
     from cudaforge.engine.result_text import format_result
+    from cudaforge.engine.speed_of_light import peaks_from_spec
 
     config = load_config(args.config, _overrides(args))
     task = load_task(args.task)
     candidate = load_candidate(args.candidate)
-    options = EvalOptions.from_config(config, peak_bandwidth_gbs=_peak_bandwidth(config))
+    spec = _gpu_spec(config)
+    options = EvalOptions.from_config(config, peak_bandwidth_gbs=getattr(spec, "dram_bandwidth_gbs", None),
+                                      peaks=peaks_from_spec(spec))
     _eprint(f"evaluating {candidate.format} candidate {args.candidate} on {options.device}"
             + (f":{options.gpu}" if options.device == "cuda" else "") + " …")
     result = await Evaluator(options, keep_workdirs=args.keep).evaluate(task, candidate)
+    held = hold_reasons(result, HoldSettings.from_config(config), new_best=False)  # every_best: sessions only
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print(json.dumps({**result.to_dict(), "hold": [{"kind": h.kind, "message": h.message} for h in held]},
+                         indent=2))
         _eprint(result.message)
     else:
-        print(format_result(result, debug=bool(getattr(args, "debug", False))))
-    return exit_code_for(result)
+        print("\n".join([format_result(result, debug=bool(getattr(args, "debug", False))), *hold_lines(held)]))
+    return exit_code_for(result)  # a hold is for a person to rule on, not a different verdict
 
 
-def _peak_bandwidth(config: Any) -> float | None:
-    """DRAM bandwidth of the configured GPU's profile, for the speed-of-light check (None if unknown)."""
-    if config.get("eval", "device") != "cuda":
-        return None
-    try:
-        from cudaforge.engine.gpu.specs import gpu_spec_for_device
+def _gpu_spec(config: Any) -> Any:
+    """The configured GPU's spec, for the speed of light (None on the CPU device or when unknown)."""
+    from cudaforge.engine.evaluation.backend import device_gpu_spec
 
-        profile = gpu_spec_for_device(config.get("eval", "gpu"))
-        return getattr(profile, "dram_bandwidth_gbs", None) if profile else None
-    except Exception:
-        return None
+    return device_gpu_spec(config)
 
 
 def _ncu_settings(config: Any) -> Any:
@@ -389,6 +398,42 @@ async def _cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def _cmd_rule(args: argparse.Namespace) -> int:
+    """Rulings on held rounds: one from the flags (scripts), else a prompt per held round in a terminal."""
+    from cudaforge.engine.session.review import case_lines, rule_offline
+    from cudaforge.engine.session.store import RunStore
+
+    if args.accept is not None or args.reject is not None:
+        n, kind = (args.accept, "accept") if args.accept is not None else (args.reject, "reject")
+        made = rule_offline(args.run_dir, n, kind, args.reason, args.who)
+        _eprint(f"round {made.round}: {made.ruling}ed by {made.who}")
+        return EXIT_OK
+    pending = [r for r in RunStore.open(args.run_dir, read_only=True).rounds() if r.pending]
+    if args.json:
+        print(json.dumps([{"round": r.round, "speedup": r.result.speedup if r.result else None,
+                           "sol_fraction": r.result.sol_fraction if r.result else None,
+                           "reasons": [h.message for h in r.hold]} for r in pending], indent=2))
+        return EXIT_OK
+    if not pending:
+        print("no round is held for review")
+        return EXIT_OK
+    interactive = sys.stdin.isatty()
+    for r in pending:
+        print(f"== round {r.round} ==")
+        print("\n".join(case_lines(r)))
+        if not interactive:
+            continue
+        answer = input(f"round {r.round}: [a]ccept, [r]eject, [s]kip? ").strip().lower()[:1]
+        if answer not in ("a", "r"):
+            continue
+        reason = input("reason (one line, optional): ").strip()
+        made = rule_offline(args.run_dir, r.round, "accept" if answer == "a" else "reject", reason, args.who)
+        print(f"round {made.round}: {made.ruling}ed by {made.who}")
+    if not interactive:
+        print(f"rule with: cudaforge rule {args.run_dir} --accept N | --reject N [--reason TEXT]")
+    return EXIT_OK
+
+
 async def _cmd_runs(args: argparse.Namespace) -> int:
     from cudaforge.engine.evaluation.evaluator import default_cache_dir
     from cudaforge.engine.llm.prices import format_cost
@@ -452,7 +497,7 @@ def _run_line(r: Any, indent: str = "") -> str:
 
 
 COMMANDS = {"eval": _cmd_eval, "profile": _cmd_profile, "doctor": _cmd_doctor, "run": _cmd_run,
-            "resume": _cmd_resume, "export": _cmd_export, "runs": _cmd_runs}
+            "resume": _cmd_resume, "export": _cmd_export, "rule": _cmd_rule, "runs": _cmd_runs}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

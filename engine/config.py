@@ -78,6 +78,13 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "policy": Key({}, dict, doc="finding name -> fail | warn | off"),
         "speed_of_light_margin": Key(1.0, (int, float), minimum=0.1),
     },
+    "hold": {
+        "speedup": Key(10.0, (int, float), minimum=0, doc="hold a passing result this much faster than eager (or more)"),
+        "sol": Key(0.9, (int, float), minimum=0, doc="hold a passing result at this fraction of speed of light (or more)"),
+        "findings": Key(["side_stream", "shape_specialized", "gpu_shared", "timer_disagreement", "noisy_timing"], list,
+                        doc="hold a passing result with a warn finding of one of these names"),
+        "every_best": Key(False, bool, doc="hold every new best for a person to rule on"),
+    },
     "session": {
         "rounds": Key(10, int, minimum=1),
         "mode": Key("review", str, MODES),
@@ -202,6 +209,11 @@ def validate_value(section: str, key: str, value: Any, source: str) -> Any:
         for name, policy in value.items():
             if policy not in POLICIES:
                 raise ConfigError(f"{where}.{name} must be one of fail, warn, off, got {policy!r}")
+        unknown = unknown_names(value)
+        if unknown:
+            raise ConfigError(f"{where}: unknown finding {unknown[0]!r} (the findings are listed in the README's "
+                              "integrity section)")
+    if section == "hold" and key == "findings":
         unknown = unknown_names(value)
         if unknown:
             raise ConfigError(f"{where}: unknown finding {unknown[0]!r} (the findings are listed in the README's "

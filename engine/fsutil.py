@@ -31,3 +31,13 @@ def atomic_write_json(path: str | Path, data: Any) -> None:
 def read_json(path: str | Path) -> Any:
     with Path(path).open(encoding="utf-8") as fh:
         return json.load(fh)
+
+
+def append_json_line(path: str | Path, data: Any) -> None:
+    """Append one JSON document as one line and fsync: a single write of a whole line, so a reader
+    sees the line complete or (after a crash mid-write) a torn last line it skips."""
+    line = json.dumps(data, ensure_ascii=False, default=str) + "\n"
+    with Path(path).open("a", encoding="utf-8") as fh:
+        fh.write(line)
+        fh.flush()
+        os.fsync(fh.fileno())

@@ -6,6 +6,7 @@ import os
 import re
 
 from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult, Memory, Timing, TimingStats
+from cudaforge.engine.speed_of_light import describe
 
 TICK, CROSS = "PASS", "FAIL"
 
@@ -83,6 +84,11 @@ def format_result(r: EvalResult, *, log_lines: int = 40, debug: bool = False) ->
             lines.append(f"  device-synchronized host time: reference {t.host_reference.median_ms * 1e3:.1f} µs, "
                          f"candidate {t.host_candidate.median_ms * 1e3:.1f} µs")
         lines += ["  " + x for x in timing_notes(t)]
+    if r.speed_of_light is not None:
+        sol = r.speed_of_light
+        head = f"{sol.sol_fraction:.1%} of speed of light" if sol.sol_fraction is not None else "absent"
+        lines.append(f"speed of light: {head}")
+        lines += ["  " + x for x in describe(sol)]
     if r.kernels:
         lines.append("kernels launched by the candidate:")
         for kl in r.kernels[:10]:

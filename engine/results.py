@@ -190,6 +190,45 @@ class Memory:
 
 
 @dataclass(frozen=True)
+class Peaks:
+    """The GPU spec's figures a speed-of-light floor is computed with (engine/speed_of_light.py)."""
+
+    gpu: str = ""
+    dram_bandwidth_gbs: float | None = None
+    fp32_tflops: float | None = None
+    tf32_tensor_tflops: float | None = None
+    fp16_tensor_tflops: float | None = None
+    bf16_tensor_tflops: float | None = None
+
+
+@dataclass(frozen=True)
+class SpeedOfLight:
+    """How close the candidate is to the hardware's limit: floor = max(bytes / DRAM bandwidth,
+    FLOPs / peak). Only the byte floor is a true floor (`faster_than_memory_bound`); the FLOP floor
+    feeds `sol_fraction` and holds. `None` parts are unknown, and `note` says why."""
+
+    input_bytes: int = 0  # read: the inputs
+    param_bytes: int = 0  # read: parameters and buffers
+    output_bytes: int = 0  # written: the outputs
+    flops: int | None = None  # torch.utils.flop_counter.FlopCounterMode on the reference
+    bandwidth_gbs: float | None = None
+    peak_tflops: float | None = None
+    peak: str = ""  # which peak the FLOPs are held to: "fp32", "tf32_tensor", "fp16_tensor", "bf16_tensor"
+    byte_floor_ms: float | None = None
+    flop_floor_ms: float | None = None
+    floor_ms: float | None = None
+    bound: str = ""  # "memory" or "compute": which floor is the larger
+    candidate_ms: float | None = None
+    sol_fraction: float | None = None  # floor / candidate median
+    gpu: str = ""
+    note: str = ""
+
+    @property
+    def bytes(self) -> int:
+        return self.input_bytes + self.param_bytes + self.output_bytes
+
+
+@dataclass(frozen=True)
 class EvalResult:
     outcome: Outcome
     accepted: bool
@@ -214,6 +253,11 @@ class EvalResult:
     seeds: tuple[int, ...] = ()
     cached: bool = False
     memory: Memory | None = None
+    speed_of_light: SpeedOfLight | None = None
+
+    @property
+    def sol_fraction(self) -> float | None:
+        return self.speed_of_light.sol_fraction if self.speed_of_light else None
 
     @property
     def speedup(self) -> float | None:

@@ -28,6 +28,7 @@ CASES = [
     ("r3_correct_correctness", 3, "3"),
     ("r3_correct_metrics", 3, "4"),
     ("r3_correct_judge", 3, "5"),
+    ("r3_correct_review", 3, "7"),
 ]
 
 

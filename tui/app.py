@@ -29,13 +29,18 @@ from cudaforge.engine.session import (
     Notice,
     QueueDriver,
     RoundFinished,
+    RoundHeld,
     RoundStarted,
+    RulingMade,
+    RunStore,
     Session,
     SessionStarted,
     SessionStopped,
     create_session,
     resume_session,
 )
+from cudaforge.engine.session.review import rule_offline
+from cudaforge.engine.session.rulings import RulingKind
 from cudaforge.tui.browse import open_run, run_gpu_name
 from cudaforge.tui.cli import LaunchSpec, parse_args
 from cudaforge.tui.collector import HeapFreezer
@@ -59,6 +64,7 @@ from cudaforge.tui.widgets.decision import DecisionBar
 from cudaforge.tui.widgets.footer import KeyFooter
 from cudaforge.tui.widgets.judge import JudgePane
 from cudaforge.tui.widgets.log import LogPane
+from cudaforge.tui.widgets.review import ReviewPane
 from cudaforge.tui.widgets.rounds import RoundsPane
 from cudaforge.tui.widgets.source import DIFF_MODES, SourcePane
 from cudaforge.tui.widgets.status import StatusBar
@@ -254,6 +260,9 @@ class WorkbenchApp(App[int]):
                 self._open_tab("source" if event.point == "candidate" else "judge")
             case RoundFinished() if event.replayed:
                 self.selected = event.round
+            case RoundHeld() if not event.replayed:
+                self.notify(f"round {event.round} is held for review (Review pane: "
+                            f"{self.keys.get('show_review', '7')})", severity="warning", timeout=6)
             case Notice():
                 if event.level != "info":
                     self.notify(event.text, severity="error" if event.level == "error" else "warning", timeout=8)
@@ -284,7 +293,7 @@ class WorkbenchApp(App[int]):
         if self.selected is None:
             self.selected = m.latest()
         self.query_one(RoundsPane).show_model(m, self.selected)
-        self.query_one(SpeedupChart).show(m.speedups(), m.best_round)
+        self.query_one(SpeedupChart).show(m.speedups(), m.best_round, notes=m.chart_notes())
         self.query_one(StatusBar).show(m)
         self.query_one(DecisionBar).show(m.pending, self.keys,
                                          self._edited(), manual=m.mode == "manual")
@@ -578,6 +587,41 @@ class WorkbenchApp(App[int]):
         self._open_tab(name)
         with contextlib.suppress(Exception):
             self.query_one(pane_named(name).focus_target).focus()
+
+    def action_show_review(self) -> None:
+        self._show_tab("review")
+
+    def action_accept_held(self) -> None:
+        self._rule("accept")
+
+    def action_reject_held(self) -> None:
+        self._rule("reject")
+
+    def _rule(self, kind: RulingKind) -> None:
+        """A ruling on the selected held round: through the live Session on its loop, else straight into
+        the run folder (a finished or browsed run); either way the model folds a RulingMade."""
+        n, view = self.selected, self.model.get(self.selected)
+        if view is None or view.hold_label != "held":
+            self.notify(f"round {n} is not held for review" if view is None or not view.hold
+                        else f"round {n} is already ruled: {view.hold_label}", severity="warning", timeout=4)
+            return
+        pane = self.query_one(ReviewPane)
+        reason = pane.reason
+        pane.clear_reason()
+        thread, task = self.session_thread, self.session_task
+        if self.session is not None and thread is not None and task is not None and not task.done():
+            thread.call(self.session.rule, n, kind, reason)
+            return
+        try:
+            made = rule_offline(self.model.run_dir, n, kind, reason)
+        except CudaforgeError as exc:
+            self._error(exc.message)
+            return
+        best = self.model.best_round, self.model.best_speedup
+        with contextlib.suppress(OSError, ValueError, CudaforgeError):
+            state = RunStore(Path(self.model.run_dir), read_only=True).state
+            best = state.best_round, state.best_speedup
+        self.post_message(EngineEvent(RulingMade(made, *best)))
 
     def action_latest(self) -> None:
         self.selected = self.model.latest()

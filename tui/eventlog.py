@@ -10,7 +10,9 @@ from cudaforge.engine.session import (
     Event,
     Notice,
     Reverted,
+    RoundHeld,
     RoundStarted,
+    RulingMade,
     SessionStarted,
     SessionStopped,
 )
@@ -45,6 +47,13 @@ def log_entries(event: Event, run_dir: str) -> tuple[LogEntry, ...]:
                              "info" if r.accepted else "warning"),)
         case Reverted():
             return (LogEntry(f"next round builds on round {event.to_round}: {event.reason}", "warning"),)
+        case RoundHeld() if not event.replayed:
+            return (LogEntry(f"round {event.round} is held for review: " + "; ".join(r.message for r in event.reasons),
+                             "warning"),)
+        case RulingMade() if not event.replayed:
+            ruling = event.ruling
+            return (LogEntry(f"round {ruling.round}: {ruling.ruling}ed by {ruling.who}"
+                             + (f" ({ruling.reason})" if ruling.reason else "")),)
         case Notice():
             return (LogEntry(event.text, event.level),)
         case SessionStopped():

@@ -38,6 +38,9 @@ ACTIONS: tuple[Action, ...] = (
     Action("prev_error", "N", "Compiler: jump to the previous error", "view", show=False),
     Action("show_rounds", "0", "Focus the round tree", "view", show=False),
     *(Action(p.action_id, p.key, p.description, "view", show=False) for p in PANES),  # the registry's (tui/panes.py)
+    Action("accept_held", "y", "Review: accept the selected held round (the reason field is kept)", "review",
+           show=False),
+    Action("reject_held", "x", "Review: reject the selected held round", "review", show=False),
     Action("latest", "l", "Select the latest round", "view", show=False),
     Action("help", "f1", "Key bindings and workflow", "app"),
     Action("settings", "f2", "Settings (writes cudaforge.toml)", "app"),

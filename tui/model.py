@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from cudaforge.engine.hold import HoldReason
 from cudaforge.engine.profiling import ProfileResult
 from cudaforge.engine.profiling.analysis import Analysis
 from cudaforge.engine.results import EvalResult
@@ -24,14 +25,18 @@ from cudaforge.engine.session import (
     ModeChanged,
     PhaseChanged,
     ProfileReady,
+    RerunFinished,
     RoundFinished,
+    RoundHeld,
     RoundRecord,
     RoundStarted,
+    RulingMade,
     SessionStarted,
     SessionStopped,
     UsageUpdated,
     round_status,
 )
+from cudaforge.engine.session.rulings import Ruling
 
 BUSY_PHASES = ("thinking", "compiling", "verifying", "timing", "profiling", "judging")
 
@@ -60,11 +65,31 @@ class RoundView:
     outcome: str = ""
     cost_usd: float | None = 0.0  # None: unknown (a call has no price)
     tokens: int = 0
+    hold: tuple[HoldReason, ...] = ()  # why the result is held for review (engine/hold.py)
+    rerun: EvalResult | None = None  # the held candidate's re-run in a fresh worker
+    ruling: Ruling | None = None
 
     @property
     def speedup(self) -> float | None:
         r = self.result
         return r.speedup if r is not None and r.accepted else None
+
+    @property
+    def sol_fraction(self) -> float | None:
+        r = self.result
+        return r.sol_fraction if r is not None and r.accepted else None
+
+    @property
+    def hold_label(self) -> str:
+        """'held', 'accepted' or 'rejected' for a round that was held; '' otherwise."""
+        if not self.hold:
+            return ""
+        return "held" if self.ruling is None else f"{self.ruling.ruling}ed"
+
+    @property
+    def counts(self) -> bool:
+        """Accepted and not held back (engine RoundRecord.counts)."""
+        return self.speedup is not None and (not self.hold or self.hold_label == "accepted")
 
     @property
     def status(self) -> str:
@@ -78,7 +103,7 @@ class RoundView:
             coder_error=rec.coder_error, result=rec.result, profile=rec.profile, analysis=rec.analysis,
             recommendation=rec.recommendation, judge_source=rec.judge_source or "", judge_mode=rec.judge_mode or "",
             subject_round=rec.subject_round, outcome=rec.outcome if rec.finished else "",
-            cost_usd=rec.cost_usd, tokens=rec.tokens,
+            cost_usd=rec.cost_usd, tokens=rec.tokens, hold=rec.hold, rerun=rec.rerun, ruling=rec.ruling,
         )
 
 
@@ -122,6 +147,21 @@ class RunModel:
     def speedups(self) -> list[tuple[int, float | None, str]]:
         """(round, speedup or None, status) in round order, for the chart."""
         return [(n, v.speedup, v.status) for n, v in sorted(self.rounds.items())]
+
+    def chart_notes(self) -> dict[int, str]:
+        """Per round: its % of speed of light and whether it is held, beside its bar in the chart."""
+        notes = {}
+        for n, v in self.rounds.items():
+            parts = [f"{v.sol_fraction:.0%} SOL"] if v.sol_fraction is not None else []
+            if v.hold_label:
+                parts.append(v.hold_label)
+            if parts:
+                notes[n] = " ".join(parts)
+        return notes
+
+    def held(self) -> list[int]:
+        """Rounds held for review without a ruling."""
+        return [n for n, v in sorted(self.rounds.items()) if v.hold_label == "held"]
 
     @property
     def busy(self) -> bool:
@@ -196,6 +236,16 @@ class RunModel:
                 view.candidate_is_draft = False
                 self.best_round, self.best_speedup = event.best_round, event.best_speedup
                 changed.add(event.round)
+            case RoundHeld():
+                self.ensure(event.round).hold = event.reasons
+                changed.add(event.round)
+            case RerunFinished():
+                self.ensure(event.round).rerun = event.result
+                changed.add(event.round)
+            case RulingMade():
+                self.ensure(event.ruling.round).ruling = event.ruling
+                self.best_round, self.best_speedup = event.best, event.best_speedup
+                changed.add(event.ruling.round)
             case UsageUpdated():
                 self.tokens, self.dollars, self.cost_known, self.calls = (event.tokens, event.dollars,
                                                                           event.cost_known, event.calls)
@@ -216,6 +266,6 @@ class RunModel:
         """Fill the rounds from a run folder (read-only browsing, or costs of a resumed run)."""
         for rec in records:
             self.rounds[rec.round] = RoundView.from_record(rec)
-        best = [(v.speedup, n) for n, v in self.rounds.items() if v.speedup is not None]
+        best = [(v.speedup, n) for n, v in self.rounds.items() if v.speedup is not None and v.counts]
         if best:
             self.best_speedup, self.best_round = max(best)

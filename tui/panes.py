@@ -17,6 +17,7 @@ from cudaforge.tui.widgets.correctness import CorrectnessPane
 from cudaforge.tui.widgets.judge import JudgePane
 from cudaforge.tui.widgets.log import LogPane
 from cudaforge.tui.widgets.metrics import MetricsPane
+from cudaforge.tui.widgets.review import ReviewPane
 from cudaforge.tui.widgets.source import SourcePane
 from textual.widget import Widget
 
@@ -53,6 +54,7 @@ PANES: tuple[Pane, ...] = (
     Pane("metrics", "NCU", MetricsPane, "4", "Show the NCU metrics pane"),
     Pane("judge", "Judge", JudgePane, "5", "Show the Judge pane"),
     Pane("log", "Log", LogPane, "6", "Show the session log", follows_round=False),
+    Pane("review", "Review", ReviewPane, "7", "Show the Review pane (rounds held for review)", focus="#review-scroll"),
 )
 PANE_NAMES: tuple[str, ...] = tuple(p.name for p in PANES)
 FIRST_PANE = PANES[0].name  # shown when the workbench opens

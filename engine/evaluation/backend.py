@@ -66,9 +66,11 @@ def device_gpu_spec(config: Config, gpu: int | None = None) -> Any:
 def local_parts(config: Config, gpu_spec: Any) -> tuple[Evaluator, Profiler | None]:
     """The evaluator (result cache on) and, on CUDA with ncu enabled, the profiler of this host."""
     from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
+    from cudaforge.engine.speed_of_light import peaks_from_spec
 
     peak = getattr(gpu_spec, "dram_bandwidth_gbs", None) if gpu_spec is not None else None
-    evaluator = Evaluator(EvalOptions.from_config(config, peak_bandwidth_gbs=peak, result_cache=True))
+    evaluator = Evaluator(EvalOptions.from_config(config, peak_bandwidth_gbs=peak, peaks=peaks_from_spec(gpu_spec),
+                                                  result_cache=True))
     profiler = None
     ncu = ncu_settings(config)
     if ncu is not None:

@@ -29,7 +29,7 @@ from cudaforge.engine.evaluation.sandbox import (
 from cudaforge.engine.evaluation.spare import DEFAULT_IDLE_S, Spare, start_spare
 from cudaforge.engine.gpu.lock import foreign_gpu_processes, gpu_lock_path
 from cudaforge.engine.integrity.registry import apply_policy, finding
-from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult, Finding, WorkerExit
+from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult, Finding, Peaks, WorkerExit
 from cudaforge.engine.task import Task
 from cudaforge.engine.worker.job import EvalJob, Mode, WorkerReport
 
@@ -74,7 +74,8 @@ class EvalOptions:
     cache_dir: Path = field(default_factory=default_cache_dir)
     integrity_policy: Mapping[str, str] = field(default_factory=lambda: default("integrity", "policy"))
     speed_of_light_margin: float = default("integrity", "speed_of_light_margin")
-    peak_bandwidth_gbs: float | None = None
+    peak_bandwidth_gbs: float | None = None  # DRAM bandwidth alone (kept for callers without a spec)
+    peaks: Peaks | None = None  # the GPU spec's figures (speed_of_light.peaks_from_spec); wins over the above
     python: str = sys.executable
     # Reuse results of an identical candidate (engine/evaluation/result_cache.py). Off unless the caller asks:
     # the session/CLI opt in (EvalOptions.from_config(config, result_cache=True)).
@@ -251,7 +252,7 @@ class Evaluator:
             second_distribution=o.second_distribution,
             timing=dict(o.timing),
             cache_dir=str(o.cache_dir),
-            peak_bandwidth_gbs=o.peak_bandwidth_gbs,
+            peaks=o.peaks or (Peaks(dram_bandwidth_gbs=o.peak_bandwidth_gbs) if o.peak_bandwidth_gbs else None),
             speed_of_light_margin=o.speed_of_light_margin,
             gpu_lock_path=str(gpu_lock_path(o.gpu)) if o.device == "cuda" else None,
             gpu_memory_gb=o.gpu_memory_gb,
@@ -400,7 +401,7 @@ class Evaluator:
             correctness=report.correctness, timing=report.timing, findings=report.findings,
             kernels=report.kernels or (), exit=worker_exit, traceback=report.traceback, phases=dict(report.phases),
             versions=dict(report.versions or {}), numerics=dict(report.numerics), seeds=report.seeds or (),
-            memory=report.memory, **base)
+            memory=report.memory, speed_of_light=report.speed_of_light, **base)
 
     def _failure_without_result(self, base: dict[str, Any], outcome: ProcessOutcome, worker_exit: WorkerExit,
                                 stderr_tail: str) -> EvalResult:

@@ -36,17 +36,17 @@ from pathlib import Path
 from typing import Any
 
 from cudaforge.engine.fsutil import atomic_write_json
-from cudaforge.engine.results import EvalResult
+from cudaforge.engine.results import EvalResult, to_dict
 
 CACHEABLE_OUTCOMES = frozenset({"ok", "compile_error", "wrong_result"})
 KEY_VERSION = 1
 # The evaluation settings that change what a result says (timeouts, paths and limits do not).
 EVAL_RELEVANT = ("device", "precision", "trials", "seed", "atol", "rtol", "second_distribution", "timing",
-                 "integrity_policy", "speed_of_light_margin", "peak_bandwidth_gbs", "gpu_memory_gb")
+                 "integrity_policy", "speed_of_light_margin", "peak_bandwidth_gbs", "peaks", "gpu_memory_gb")
 _ENGINE = Path(__file__).resolve().parent.parent  # engine/
 _CODE_FILES = ("worker/harness.py", "worker/pipeline.py", "worker/entry.py", "worker/failures.py", "worker/job.py",
                "worker/timing.py", "worker/compare.py", "integrity/registry.py", "integrity/static.py",
-               "integrity/runtime.py", "integrity/outputs.py", "integrity/evidence.py", "results.py", "observe.py", "nvrtc.py", "evaluation/evaluator.py", "worker/triton_support.py", "worker/memory.py")
+               "integrity/runtime.py", "integrity/outputs.py", "integrity/evidence.py", "results.py", "observe.py", "speed_of_light.py", "nvrtc.py", "evaluation/evaluator.py", "worker/triton_support.py", "worker/memory.py")
 
 
 def _canonical(value: Any) -> Any:
@@ -80,7 +80,7 @@ def profile_cache_key(eval_key: str, ncu: Mapping[str, Any]) -> str:
 
 def eval_settings(options: Any) -> dict[str, Any]:
     """The evaluation-relevant part of an EvalOptions."""
-    return {name: getattr(options, name) for name in EVAL_RELEVANT}
+    return {name: to_dict(getattr(options, name, None)) for name in EVAL_RELEVANT}
 
 
 # ------------------------------------------------------------------ environment (cheap, no torch import)

@@ -12,6 +12,7 @@ from typing import Any
 
 from cudaforge.engine.integrity.registry import finding
 from cudaforge.engine.results import Finding
+from cudaforge.engine.speed_of_light import byte_floor_ms
 
 
 def correctness_findings(mutated: Iterable[int], aliased: bool, subclass_types: Iterable[str]) -> list[Finding]:
@@ -95,8 +96,9 @@ def timer_disagreement_finding(event_ms: float, busy_ms: float, reference_event_
 
 
 def speed_of_light_finding(cand_ms: float, nbytes: int, bandwidth_gbs: float, margin: float) -> Finding | None:
-    """`faster_than_memory_bound`: faster than moving the inputs and outputs once at peak bandwidth."""
-    floor_ms = nbytes / (bandwidth_gbs * 1e9) * 1e3
+    """`faster_than_memory_bound`: faster than moving the inputs, parameters and outputs once at peak
+    bandwidth (the speed of light's byte floor: one rule, in engine/speed_of_light.py)."""
+    floor_ms = byte_floor_ms(nbytes, bandwidth_gbs)
     if cand_ms * margin >= floor_ms:
         return None
     return finding("faster_than_memory_bound",

@@ -111,6 +111,8 @@ class TaskOutcome:
     stop_reason: str = ""
     message: str = ""
     gpu: int | None = None
+    best_sol: float | None = None  # the best round's fraction of speed of light (engine/speed_of_light.py)
+    held: int = 0  # rounds held for review without a ruling: never fast until a person accepts them
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,8 @@ class BatchSummary:
     correct: int
     fast_p: dict[str, float]
     geomean_speedup: float | None
+    geomean_sol: float | None  # geomean fraction of speed of light over the correct tasks that have one
+    held: int  # rounds held for review, all tasks
     tokens: int
     dollars: float | None  # None when any task's cost is unknown
     wall_s: float
@@ -130,7 +134,8 @@ class BatchSummary:
 
     def to_dict(self) -> dict[str, Any]:
         return {"tasks": self.tasks, "correct": self.correct, "correct_pct": self.correct_pct,
-                "fast_p": self.fast_p, "geomean_speedup": self.geomean_speedup, "tokens": self.tokens,
+                "fast_p": self.fast_p, "geomean_speedup": self.geomean_speedup, "geomean_sol": self.geomean_sol,
+                "held": self.held, "tokens": self.tokens,
                 "dollars": self.dollars, "wall_s": self.wall_s, "rows": [asdict(r) for r in self.rows]}
 
 
@@ -143,8 +148,10 @@ def summarize(rows: Sequence[TaskOutcome], wall_s: float) -> BatchSummary:
             for p in FAST_P}
     logs = [math.log(r.best_speedup) for r in timed if r.best_speedup and r.best_speedup > 0]
     geo = math.exp(sum(logs) / len(logs)) if logs else None
-    return BatchSummary(n, sum(1 for r in rows if r.correct), fast, geo, sum(r.tokens for r in rows),
-                        _total(r.dollars for r in rows), wall_s, tuple(rows))
+    sols = [math.log(r.best_sol) for r in timed if r.best_sol and r.best_sol > 0]
+    geo_sol = math.exp(sum(sols) / len(sols)) if sols else None
+    return BatchSummary(n, sum(1 for r in rows if r.correct), fast, geo, geo_sol, sum(r.held for r in rows),
+                        sum(r.tokens for r in rows), _total(r.dollars for r in rows), wall_s, tuple(rows))
 
 
 def _total(costs: Iterable[float | None]) -> float | None:
@@ -167,7 +174,10 @@ def format_summary(summary: BatchSummary) -> str:
     lines.append("")
     lines.append(f"correct {summary.correct}/{summary.tasks} ({summary.correct_pct:.0f}%)  geomean speedup "
                  f"(correct tasks) {geo}")
-    lines.append(fast)
+    sol = f"{summary.geomean_sol:.1%}" if summary.geomean_sol is not None else "-"
+    lines.append(f"{fast}  geomean speed of light {sol}")
+    if summary.held:
+        lines.append(f"{summary.held} round(s) held for review (not fast until accepted: cudaforge rule RUN)")
     lines.append(f"tokens {summary.tokens}  dollars {format_cost(summary.dollars)}  wall {summary.wall_s:.0f} s")
     return "\n".join(lines)
 
@@ -403,11 +413,14 @@ def _outcome(row: TaskOutcome, run_dir: Path, reason: str, message: str, *, prio
         return replace(row, status="skipped", run_dir=str(run_dir), correct=False, best_speedup=None,
                        wall_s=prior_s, stop_reason=reason, message=f"skipped: does not fit this card ({message})",
                        gpu=gpu)
+    rounds = store.rounds()
+    best_rec = next((r for r in rounds if r.round == state.best_round), None)
     # Correct: some round was accepted (a round whose timing stayed noisy is accepted, never the best).
     correct = state.best_round is not None or any(r.result is not None and r.result.accepted
-                                                  for r in store.rounds())
+                                                  for r in rounds)
     return replace(row, status="done", run_dir=str(run_dir), correct=correct,
-                   best_speedup=best,
+                   best_speedup=best, held=sum(1 for r in rounds if r.pending),
+                   best_sol=best_rec.result.sol_fraction if best_rec is not None and best_rec.result else None,
                    best_round=state.best_round, rounds=int(state.rounds_done or 0),
                    tokens=sum(c.usage.total_tokens for c in calls), dollars=known_cost(calls),
                    wall_s=prior_s, stop_reason=reason, message=message, gpu=gpu)

@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from cudaforge.engine.hold import HoldReason
 from cudaforge.engine.profiling.analysis import Analysis
 from cudaforge.engine.profiling.result import ProfileResult
 from cudaforge.engine.results import EvalResult
+from cudaforge.engine.session.rulings import Ruling
 
 RoundKind = Literal["seed", "repair", "optimize", "manual"]
 Phase = Literal["thinking", "compiling", "verifying", "timing", "profiling", "judging", "waiting", "idle"]
@@ -172,8 +174,36 @@ class SessionStopped:
     resumable: bool = True
 
 
+@dataclass(frozen=True)
+class RoundHeld:
+    """A passing result is held for review (engine/hold.py): not best, no seed, not fast until accepted."""
+
+    round: int
+    reasons: tuple[HoldReason, ...]
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class RerunFinished:
+    """The held candidate evaluated again in a fresh worker process (new seeds, no result cache)."""
+
+    round: int
+    result: EvalResult
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class RulingMade:
+    """A person accepted or rejected a held round; `best`/`best_speedup` are the session's after it."""
+
+    ruling: Ruling
+    best: int | None = None
+    best_speedup: float | None = None
+    replayed: bool = False
+
+
 Event = (
     SessionStarted | RoundStarted | PhaseChanged | CandidateProposed | CoderFailed | CandidateEvaluated
     | ProfileReady | JudgeRecommended | DecisionNeeded | DecisionMade | RoundFinished | Reverted
-    | UsageUpdated | Notice | ModeChanged | SessionStopped
+    | UsageUpdated | Notice | ModeChanged | SessionStopped | RoundHeld | RerunFinished | RulingMade
 )

@@ -20,6 +20,7 @@ from cudaforge.engine.evaluation.backend import (
     device_gpu_spec,
     local_parts,
 )
+from cudaforge.engine.hold import HoldSettings
 from cudaforge.engine.llm.types import UsageLedger
 from cudaforge.engine.session.decisions import Driver
 from cudaforge.engine.session.records import GpuInfo, Manifest
@@ -200,4 +201,5 @@ def _session(task: Task, store: RunStore, config: Config, parts: Parts, driver: 
     return Session(task, store=store, evaluator=parts.evaluator, profiler=parts.profiler, coder=parts.coder,
                    judge=parts.judge, gpu_spec=parts.gpu_spec, policy=policy, mode=parts.mode,
                    format=parts.format, driver=driver, on_event=on_event,
-                   ledger=ledger or UsageLedger(policy.dollars), notice=parts.notice)
+                   ledger=ledger or UsageLedger(policy.dollars), notice=parts.notice,
+                   hold=HoldSettings.from_config(config))

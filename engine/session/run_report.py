@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from cudaforge.engine.errors import UsageError
@@ -10,19 +11,25 @@ from cudaforge.engine.llm.prices import format_cost
 from cudaforge.engine.results import NO_SPEED_CLAIM
 from cudaforge.engine.session.records import GpuInfo
 from cudaforge.engine.session.store import RoundRecord, RunStore
+from cudaforge.engine.speed_of_light import short
 
 BAR_WIDTH = 30
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
 def best_round(rounds: list[RoundRecord]) -> RoundRecord | None:
     """The accepted round with the highest speedup (earliest on a tie); where no accepted round's time is
     a speed claim (Triton's interpreter on the CPU), the latest accepted round. A noisy timing is no
-    result (EvalResult.noisy): such a round is never the best."""
+    result (EvalResult.noisy): such a round is never the best. A round held for review (engine/hold.py)
+    counts only once a person accepted it."""
     rounds = [r for r in rounds if r.result is None or not r.result.noisy]
-    accepted = [r for r in rounds if r.speedup is not None]
+    accepted = [r for r in rounds if r.speedup is not None and r.counts]
     if accepted:
         return max(accepted, key=lambda r: (r.speedup, -r.round))
-    unclaimed = [r for r in rounds if r.result is not None and r.result.accepted]
+    unclaimed = [r for r in rounds if r.counts]
     return unclaimed[-1] if unclaimed else None
 
 
@@ -37,21 +44,32 @@ def _speed(r: RoundRecord) -> str:
     return f"{r.speedup:.2f}x vs eager" if r.speedup is not None else f"accepted, {NO_SPEED_CLAIM}"
 
 
+def hold_label(r: RoundRecord) -> str:
+    """'held', 'accepted by X', 'rejected by X' (or '' for a round never held)."""
+    if not r.hold:
+        return ""
+    if r.ruling is None:
+        return "held"
+    return f"{r.ruling.ruling}ed by {r.ruling.who}"
+
+
 def round_rows(rounds: list[RoundRecord]) -> list[tuple[str, ...]]:
     best = best_round(rounds)
     rows = []
     for r in rounds:
         sp = f"{r.speedup:.2f}x" if r.speedup is not None else "-"
-        rows.append((str(r.round), r.kind, "-" if r.parent is None else str(r.parent), r.outcome, sp,
-                     f"{r.tokens}", format_cost(r.cost_usd), "best" if best is not None and r.round == best.round
-                     else "noisy timing" if r.result is not None and r.result.noisy else ""))
+        sol = short(r.result.speed_of_light) if r.result is not None and r.result.accepted else ""
+        mark = ("best" if best is not None and r.round == best.round
+                else "noisy timing" if r.result is not None and r.result.noisy else hold_label(r))
+        rows.append((str(r.round), r.kind, "-" if r.parent is None else str(r.parent), r.outcome, sp, sol or "-",
+                     f"{r.tokens}", format_cost(r.cost_usd), mark))
     return rows
 
 
 def format_rounds(store: RunStore) -> str:
     """The round table printed at the end of `cudaforge run`."""
     rounds = store.rounds()
-    head = ("round", "kind", "parent", "outcome", "speedup", "tokens", "cost", "")
+    head = ("round", "kind", "parent", "outcome", "speedup", "SOL", "tokens", "cost", "")
     rows = [head, *round_rows(rounds)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
@@ -61,6 +79,9 @@ def format_rounds(store: RunStore) -> str:
         lines.append(f"best: round {best.round}, {_speed(best)} -> {store.round_dir(best.round)}/candidate.py")
     else:
         lines.append("no correct candidate yet")
+    pending = [r.round for r in rounds if r.pending]
+    if pending:
+        lines.append(f"held for review: round(s) {', '.join(map(str, pending))} (rule: cudaforge rule {store.path})")
     lines.append(f"run folder: {store.path}  (resume: cudaforge resume {store.path})")
     return "\n".join(lines)
 
@@ -100,8 +121,8 @@ def markdown_report(store: RunStore) -> str:
         out.append(f"**Best: round {best.round}, {best.speedup:.2f}x vs eager PyTorch.**")
     else:
         out.append("**No correct candidate.**")
-    out += ["", "## Rounds", "", "| round | kind | parent | outcome | speedup | tokens | cost | |",
-            "|---|---|---|---|---|---|---|---|"]
+    out += ["", "## Rounds", "", "| round | kind | parent | outcome | speedup | SOL | tokens | cost | |",
+            "|---|---|---|---|---|---|---|---|---|"]
     out += ["| " + " | ".join(row) + " |" for row in round_rows(rounds)]
     out += ["", "## Speedup per round", "", "```"]
     top = max((r.speedup or 0.0 for r in rounds), default=0.0) or 1.0
@@ -110,7 +131,16 @@ def markdown_report(store: RunStore) -> str:
             out.append(f"{r.round:>3} | {r.outcome}")
         else:
             out.append(f"{r.round:>3} | {'#' * max(1, round(BAR_WIDTH * r.speedup / top))} {r.speedup:.2f}x")
-    out += ["```", "", "## Recommendations", ""]
+    out += ["```", ""]
+    held = [r for r in rounds if r.hold]
+    if held:
+        out += ["## Held for review", ""]
+        for r in held:
+            ruling = (f"{r.ruling.ruling} by {r.ruling.who} at {_when(r.ruling.time)}"
+                      + (f": {r.ruling.reason}" if r.ruling.reason else "")) if r.ruling else "not yet ruled"
+            out.append(f"- round {r.round}: {ruling}; held because " + "; ".join(h.message for h in r.hold))
+        out.append("")
+    out += ["## Recommendations", ""]
     for r in rounds:
         if r.recommendation:
             who = {"person": "edited by the person", "heuristic": "heuristic Judge", "llm": "LLM Judge",

@@ -24,9 +24,10 @@ from typing import Any
 from cudaforge.engine.agents import Coder, Judge, RoundNote
 from cudaforge.engine.candidate import Candidate, check_candidate_source
 from cudaforge.engine.config import MODES
-from cudaforge.engine.errors import EXIT_UNAVAILABLE, CandidateError
+from cudaforge.engine.errors import EXIT_UNAVAILABLE, CandidateError, UsageError
 from cudaforge.engine.evaluation.backend import EvalBackend, ProfileBackend
 from cudaforge.engine.fsutil import atomic_write_text
+from cudaforge.engine.hold import HoldSettings, hold_reasons
 from cudaforge.engine.llm.types import REPEATING_ERRORS, CallRecord, UsageLedger, known_cost
 from cudaforge.engine.profiling.analysis import Analysis, analyze
 from cudaforge.engine.results import EvalResult
@@ -45,9 +46,12 @@ from cudaforge.engine.session.events import (
     Notice,
     PhaseChanged,
     ProfileReady,
+    RerunFinished,
     Reverted,
     RoundFinished,
+    RoundHeld,
     RoundStarted,
+    RulingMade,
     SessionStarted,
     SessionStopped,
     StopReason,
@@ -61,6 +65,7 @@ from cudaforge.engine.session.records import (
     Recommendation,
     RoundMeta,
 )
+from cudaforge.engine.session.rulings import Ruling, RulingKind
 from cudaforge.engine.session.store import RoundRecord, RunStore
 from cudaforge.engine.task import Task
 
@@ -134,6 +139,7 @@ class Session:
         on_event: EventHook | None = None,
         ledger: UsageLedger | None = None,
         notice: str = "",
+        hold: HoldSettings | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}")
@@ -153,6 +159,7 @@ class Session:
         self.on_event = on_event
         self.ledger = ledger or UsageLedger(self.policy.dollars)
         self.notice = notice
+        self.hold = hold or HoldSettings()
         self.progress = _Progress()
         self._log = SessionLog(store.path / SESSION_LOG)
         self._pause = False
@@ -184,6 +191,8 @@ class Session:
         """The next round builds on `round` instead of the head."""
         if self.store.round_meta(round) is None:
             raise ValueError(f"no round {round} in this run")
+        if self._held_back(round):
+            raise ValueError(f"round {round} is held for review: accept it before building on it")
         self._branch_to = round
 
     @property
@@ -305,6 +314,7 @@ class Session:
             result = await self._evaluate(n, candidate)
             if result.accepted:
                 await self._profile(n, candidate)
+                await self._hold_stage(n, candidate, result)
         self._after_round(n, parent, result, repeat_of)
         kind = (self.store.round_meta(n) or meta).kind
         self.store.finish_round(n, outcome=result.outcome if result else "no_candidate",
@@ -362,6 +372,10 @@ class Session:
             if decision.action == "branch" and decision.round is not None and decision.round != parent:
                 if self.store.round_meta(decision.round) is None or decision.round >= n:
                     self._emit(Notice("error", f"cannot branch from round {decision.round}: no such earlier round"))
+                    continue
+                if self._held_back(decision.round):
+                    self._emit(Notice("error", f"round {decision.round} is held for review: accept it before "
+                                               "building on it"))
                     continue
                 parent = decision.round
                 meta = replace(self.store.round_meta(n) or RoundMeta(round=n), parent=parent,
@@ -557,6 +571,62 @@ class Session:
                                       "analysis": analysis.to_dict() if analysis is not None else None})
         self._emit(ProfileReady(n, profile, analysis))
 
+    # ---- held for review (engine/hold.py) ---------------------------------------------------------
+    async def _hold_stage(self, n: int, candidate: Candidate, result: EvalResult) -> None:
+        """Hold a passing result that looks too good, and re-run it at once in a fresh worker process."""
+        reasons = self.store.hold(n)
+        if not reasons and self.store.get(n, "hold") is None:
+            best = self.progress.best_speedup
+            new_best = best is None or (result.speedup is not None and result.speedup > best)
+            reasons = hold_reasons(result, self.hold, new_best=new_best)
+            self.store.put_hold(n, reasons)
+        if not reasons:
+            return
+        self._emit(RoundHeld(n, reasons))
+        rerun = self.store.rerun(n)
+        if rerun is None:
+            self._phase(n, "verifying", "re-run of the held candidate in a fresh worker")
+            rerun = await self.evaluator.evaluate(self.task, candidate, use_cache=False)
+            self.store.put(n, "rerun", rerun.to_dict())
+        self._emit(RerunFinished(n, rerun))
+
+    def _held_back(self, n: int) -> bool:
+        """Held and not accepted (no ruling yet, or rejected)."""
+        if not self.store.hold(n):
+            return False
+        ruling = self.store.rulings().get(n)
+        return ruling is None or ruling.ruling != "accept"
+
+    def rule(self, n: int, ruling: RulingKind, reason: str = "", who: str | None = None) -> Ruling | None:
+        """A person's ruling on held round n (call it on the Session's loop). Accepting makes the round
+        count: the best when it is faster than the best, the head the next round builds on."""
+        try:
+            made = self.store.add_ruling(n, ruling, reason, who)
+        except UsageError as exc:
+            self._emit(Notice("error", str(exc)))
+            return None
+        meta = self.store.round_meta(n)
+        if meta is not None and meta.finished:
+            self._apply_ruling(made)
+            self.store.save_state(best_round=self.progress.best, best_speedup=self.progress.best_speedup)
+        self._emit(RulingMade(made, self.progress.best, self.progress.best_speedup))
+        return made
+
+    def _apply_ruling(self, ruling: Ruling) -> None:
+        """An accepted held round takes its place as if it had never been held (idempotent)."""
+        if ruling.ruling != "accept":
+            return
+        stored = self.store.get(ruling.round, "eval")
+        result = EvalResult.from_dict(stored) if stored else None
+        if result is None or not result.accepted:
+            return
+        prog = self.progress
+        if result.speedup is None:
+            if prog.best_speedup is None and prog.best is None:
+                prog.best, prog.head = ruling.round, ruling.round
+        elif prog.best_speedup is None or result.speedup > prog.best_speedup:
+            prog.best, prog.best_speedup, prog.since_best, prog.head = ruling.round, result.speedup, 0, ruling.round
+
     # ---- bookkeeping ------------------------------------------------------------------------------
     def _after_round(self, n: int, parent: int | None, result: EvalResult | None,
                      repeat_of: int | None = None) -> None:
@@ -570,6 +640,10 @@ class Session:
             prog.failures = 0
             prog.since_best += 1
             prog.head = prog.best if prog.best is not None else parent
+        if result is not None and result.accepted and self._held_back(n):
+            # held for review: not best, and the next round builds on what this one built on
+            prog.failures = 0
+            prog.head = parent
             return
         if result is not None and result.accepted and result.speedup is None:
             # accepted, timed by Triton's interpreter: no speed claim, so the newest such round is the best
@@ -618,6 +692,10 @@ class Session:
             self._emit(CandidateEvaluated(n, rec.result, replayed=True))
         if rec.profile is not None:
             self._emit(ProfileReady(n, rec.profile, rec.analysis, True))
+        if rec.hold:
+            self._emit(RoundHeld(n, rec.hold, True))
+        if rec.rerun is not None:
+            self._emit(RerunFinished(n, rec.rerun, True))
         saved = meta.progress
         if isinstance(saved, dict):
             for key, value in saved.items():
@@ -625,8 +703,14 @@ class Session:
                     setattr(self.progress, key, value)
         else:
             self._after_round(n, rec.parent, rec.result, meta.repeat_of)
+        rulings = self.store.rulings()
+        for k in sorted(rulings):  # rulings made after a round's snapshot was saved
+            if k <= n:
+                self._apply_ruling(rulings[k])
         self._emit(RoundFinished(n, rec.kind, rec.outcome, rec.speedup, self.progress.best,  # type: ignore[arg-type]
                                  self.progress.best_speedup, True, tokens=rec.tokens, cost_usd=rec.cost_usd))
+        if n in rulings:
+            self._emit(RulingMade(rulings[n], self.progress.best, self.progress.best_speedup, True))
 
     # ---- decisions ----------------------------------------------------------------------------
     def _effective_mode(self) -> str:

@@ -15,6 +15,9 @@ Layout (schema 1):
     rounds/NNN/judge-K.json      the K-th Judge draft
     rounds/NNN/recommendation.json  the recommendation that goes to the next Coder (maybe edited)
     rounds/NNN/decisions.json    every decision at the round's decision points, in order
+    rounds/NNN/hold.json         why a passing result is held for review (engine/hold.py)
+    rounds/NNN/rerun.json        the held candidate's re-run in a fresh worker (an EvalResult)
+    rulings.jsonl         a person's rulings on held rounds (engine/session/rulings.py), appended
 Every JSON file is written atomically (temp file + rename); a live session holds `run.lock`.
 """
 
@@ -35,7 +38,8 @@ from typing import Any, TypeVar
 
 from cudaforge.engine import __version__
 from cudaforge.engine.errors import UsageError
-from cudaforge.engine.fsutil import atomic_write_json, atomic_write_text, read_json
+from cudaforge.engine.fsutil import append_json_line, atomic_write_json, atomic_write_text, read_json
+from cudaforge.engine.hold import HoldReason
 from cudaforge.engine.llm.types import CallRecord, known_cost
 from cudaforge.engine.profiling.analysis import Analysis
 from cudaforge.engine.profiling.result import ProfileResult
@@ -53,6 +57,7 @@ from cudaforge.engine.session.records import (
     State,
     round_status,
 )
+from cudaforge.engine.session.rulings import Ruling, RulingKind, append_ruling, new_ruling, read_rulings
 from cudaforge.engine.task import Task
 
 _T = TypeVar("_T", ProfileResult, Analysis)
@@ -103,6 +108,21 @@ class RoundRecord:
     judge_drafts: int = 0
     cost_usd: float | None = 0.0  # None: a call of the round has no price (unknown, not free)
     tokens: int = 0
+    hold: tuple[HoldReason, ...] = ()  # why the result is held for review (empty: it is not)
+    ruling: Ruling | None = None
+    rerun: EvalResult | None = None
+
+    @property
+    def pending(self) -> bool:
+        """Held for review and not yet ruled on."""
+        return bool(self.hold) and self.ruling is None
+
+    @property
+    def counts(self) -> bool:
+        """Accepted and not held back: may be the best, seed a round, count as fast."""
+        if self.result is None or not self.result.accepted:
+            return False
+        return not self.hold or (self.ruling is not None and self.ruling.ruling == "accept")
 
     @property
     def outcome(self) -> str:
@@ -246,11 +266,7 @@ class RunStore:
     def append_call(self, record: CallRecord) -> None:
         """Append one call and fsync: a completed call is never lost (or repeated) after a crash."""
         self._writable()
-        line = json.dumps(record.to_dict(), ensure_ascii=False, default=str) + "\n"
-        with (self.path / "calls.jsonl").open("a", encoding="utf-8") as fh:
-            fh.write(line)
-            fh.flush()
-            os.fsync(fh.fileno())
+        append_json_line(self.path / "calls.jsonl", record.to_dict())
 
     def reconcile_calls(self) -> int:
         """Append to calls.jsonl the call records of stored agent drafts that it lacks (a crash between
@@ -371,6 +387,32 @@ class RunStore:
         items.append(replace(entry, at=time.time()).to_dict())
         self.put(n, "decisions", items)
 
+    def hold(self, n: int) -> tuple[HoldReason, ...]:
+        data = self.get(n, "hold") or {}
+        return tuple(HoldReason(r["kind"], r["message"]) for r in data.get("reasons", []))
+
+    def put_hold(self, n: int, reasons: tuple[HoldReason, ...]) -> None:
+        self.put(n, "hold", {"reasons": [{"kind": r.kind, "message": r.message} for r in reasons]})
+
+    def rerun(self, n: int) -> EvalResult | None:
+        data = self.get(n, "rerun")
+        return EvalResult.from_dict(data) if data else None
+
+    def rulings(self) -> dict[int, Ruling]:
+        return read_rulings(self.path)
+
+    def add_ruling(self, n: int, ruling: RulingKind, reason: str = "", who: str | None = None) -> Ruling:
+        """Record a ruling on held round n; a round that is not held, or already ruled, is a UsageError."""
+        self._writable()
+        if not self.hold(n):
+            raise UsageError(f"round {n} is not held for review")
+        done = self.rulings().get(n)
+        if done is not None:
+            raise UsageError(f"round {n} is already ruled: {done.ruling} by {done.who}")
+        made = new_ruling(n, ruling, reason, who)
+        append_ruling(self.path, made)
+        return made
+
     def profile(self, n: int) -> tuple[ProfileResult | None, Analysis | None] | None:
         """The round's stored ncu profile and its analysis, typed; None when the round has none stored."""
         prof = self.get(n, "profile")
@@ -378,7 +420,8 @@ class RunStore:
             return None
         return _typed(ProfileResult, prof.get("profile")), _typed(Analysis, prof.get("analysis"))
 
-    def load_round(self, n: int, calls: list[CallRecord] | None = None) -> RoundRecord:
+    def load_round(self, n: int, calls: list[CallRecord] | None = None,
+                   rulings: dict[int, Ruling] | None = None) -> RoundRecord:
         meta = self.round_meta(n) or RoundMeta(round=n)
         cand = self.candidate_meta(n) or CandidateMeta()
         ev = self.get(n, "eval")
@@ -402,11 +445,13 @@ class RunStore:
             coder_drafts=len(drafts), judge_drafts=len(list(self.round_dir(n).glob("judge-*.json"))),
             cost_usd=known_cost(round_calls),
             tokens=sum(c.usage.total_tokens for c in round_calls),
+            hold=self.hold(n), ruling=(rulings if rulings is not None else self.rulings()).get(n),
+            rerun=self.rerun(n),
         )
 
     def rounds(self) -> list[RoundRecord]:
-        calls = self.calls()
-        return [self.load_round(n, calls) for n in self.round_numbers()]
+        calls, rulings = self.calls(), self.rulings()
+        return [self.load_round(n, calls, rulings) for n in self.round_numbers()]
 
     def summary(self) -> RunSummary:
         return summarize_run(self.path)

@@ -19,6 +19,8 @@ from cudaforge.engine.results import (
     Finding,
     KernelLaunch,
     Memory,
+    Peaks,
+    SpeedOfLight,
     Timing,
     from_dict,
     to_dict,
@@ -47,7 +49,7 @@ class EvalJob:
     second_distribution: bool = True
     timing: dict[str, Any] = field(default_factory=dict)  # [timing]: warmup, trials, l2_flush, ...
     cache_dir: str | None = None
-    peak_bandwidth_gbs: float | None = None  # the GPU spec's DRAM bandwidth (faster_than_memory_bound)
+    peaks: Peaks | None = None  # the GPU spec's bandwidth and FLOP peaks (speed of light, faster_than_memory_bound)
     speed_of_light_margin: float = 1.0
     gpu_lock_path: str | None = None  # the per-GPU lock that GPU work holds (CUDA only)
     gpu_memory_gb: float | None = None  # [run] gpu_memory_gb: the device-memory cap
@@ -85,6 +87,7 @@ class WorkerReport:
     correctness: Correctness | None = None
     kernels: tuple[KernelLaunch, ...] | None = None
     timing: Timing | None = None
+    speed_of_light: SpeedOfLight | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)

@@ -10,7 +10,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from cudaforge.engine import observe
+from cudaforge.engine import observe, speed_of_light
 from cudaforge.engine.compiler_log import headline
 from cudaforge.engine.integrity import evidence, precision
 from cudaforge.engine.integrity import runtime as runtime_checks
@@ -388,8 +388,9 @@ def _candidate_kernel_names(source: str) -> set[str]:
 
 
 def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, findings: list[Finding],
-           default_numerics: dict[str, Any], tolerance: tuple[float, float]) -> dict[str, Any]:
-    """Time the reference and the candidate; `tolerance` is correctness's (atol, rtol), for the timed outputs."""
+           default_numerics: dict[str, Any], tolerance: tuple[float, float]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Time the reference and the candidate; `tolerance` is correctness's (atol, rtol), for the timed outputs.
+    Returns the timing and the speed-of-light record."""
     import torch
     from cudaforge.engine.results import Timing
 
@@ -487,10 +488,10 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
                            l2_flush=timer.flush_buffer is not None, warmup=int(t["warmup"]), settings=settings,
                            measurements=measurements, noise_threshold=threshold or None,
                            cpu_threads=pin.threads if pin is not None else None, **kwargs)
-    _speed_of_light(job, inputs, model, cand_s.median_ms, device, findings)
+    sol = _speed_of_light(job, inputs, model, cand_s.median_ms, device, tolerance, findings)
     findings.extend(output_check.findings())
     findings.extend(runtime_checks.clock_findings(timer.clock_totals))
-    return to_dict(timing_result)
+    return to_dict(timing_result), sol
 
 
 def _call(model: Any, inputs: list[Any]) -> Any:
@@ -501,22 +502,26 @@ def _call(model: Any, inputs: list[Any]) -> Any:
 
 
 def _speed_of_light(job: EvalJob, inputs: list[Any], model: Any, cand_ms: float, device: Any,
-                    findings: list[Finding]) -> None:
-    """Flag a candidate faster than moving its inputs and outputs once at the GPU's peak bandwidth."""
+                    tolerance: tuple[float, float], findings: list[Finding]) -> dict[str, Any]:
+    """The speed-of-light record (engine/speed_of_light.py), and `faster_than_memory_bound` for a
+    candidate faster than moving its inputs, parameters and outputs once at the GPU's DRAM bandwidth."""
     import torch
 
-    bandwidth = job.peak_bandwidth_gbs
-    if device.type != "cuda" or not bandwidth:
-        return
-    if memory.REFERENCE_IO:  # measured once already: no second reference call with its own copies
-        nbytes = memory.REFERENCE_IO["input_bytes"] + memory.REFERENCE_IO["output_bytes"]
-    else:
+    def real_output_bytes() -> int:  # measured once already, else one more reference call
+        if "output_bytes" in memory.REFERENCE_IO:
+            return memory.REFERENCE_IO["output_bytes"]
         with torch.no_grad():
-            out = flatten_outputs(model(*clone_inputs(inputs)))
-        nbytes = sum(t.numel() * t.element_size() for t in inputs + out if isinstance(t, torch.Tensor))
-    too_fast = evidence.speed_of_light_finding(cand_ms, nbytes, bandwidth, job.speed_of_light_margin)
-    if too_fast is not None:
-        findings.append(too_fast)
+            return memory.tensor_bytes(flatten_outputs(model(*clone_inputs(inputs))))
+
+    work = speed_of_light.count_work(model, inputs, real_output_bytes=real_output_bytes,
+                                     quiet_meta=memory._fast_meta_rnns())
+    peaks = job.peaks if device.type == "cuda" else None
+    sol = speed_of_light.floor(work, peaks, job.precision, tolerance[0], tolerance[1], cand_ms)
+    if sol.bandwidth_gbs:
+        too_fast = evidence.speed_of_light_finding(cand_ms, sol.bytes, sol.bandwidth_gbs, job.speed_of_light_margin)
+        if too_fast is not None:
+            findings.append(too_fast)
+    return to_dict(sol)
 
 
 def shape_check(job: EvalJob, task: Any, init: list[Any], model: Any, model_new: Any, device: Any,
@@ -708,7 +713,7 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
         lambda seed: make_inputs(task, seed, device, _float_dtype(job.precision)),
         atol=corr["atol"], rtol=corr["rtol"], seed=job.seed + 20_000))
     memory.release()
-    result["timing"] = timing(job, task, model, model_new, device, findings, default_numerics,
+    result["timing"], result["speed_of_light"] = timing(job, task, model, model_new, device, findings, default_numerics,
                               (corr["atol"], corr["rtol"]))
     set_reference_numerics()
     findings.extend(shape_check(job, task, init, model, model_new, device, corr["atol"], corr["rtol"]))

@@ -1,4 +1,5 @@
-"""Rounds pane: the round tree (children nest under the round they build on) with status, speedup, cost."""
+"""Rounds pane: the round tree (children nest under the round they build on) with status, speedup, % of
+speed of light, held for review (and the ruling), cost."""
 
 from __future__ import annotations
 
@@ -30,6 +31,11 @@ class RoundsPane(Tree[int]):
         text.append(f"{view.kind:<8} ", style="dim" if view.kind != "manual" else "cyan")
         text.append(glyph + " ", style=style)
         text.append(fmt_speedup(view.speedup), style="bold green" if view.round == model.best_round else "")
+        if view.sol_fraction is not None:
+            text.append(f" {view.sol_fraction:.0%} SOL", style="dim")
+        if view.hold_label:
+            text.append(f" {view.hold_label}", style={"held": "bold yellow", "accepted": "green"}.get(view.hold_label,
+                                                                                                   "red"))
         if view.cost_usd:
             text.append(f" ${view.cost_usd:.3f}", style="dim")
         if view.round == model.best_round:
