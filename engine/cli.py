@@ -164,13 +164,32 @@ async def _cmd_eval(args: argparse.Namespace) -> int:
     options = EvalOptions.from_config(config, peak_bandwidth_gbs=_peak_bandwidth(config))
     _eprint(f"evaluating {candidate.format} candidate {args.candidate} on {options.device}"
             + (f":{options.gpu}" if options.device == "cuda" else "") + " …")
-    result = await Evaluator(options, keep_workdirs=args.keep).evaluate(task, candidate)
+    result = await _with_phase_line(Evaluator(options, keep_workdirs=args.keep), task, candidate)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
         _eprint(result.message)
     else:
         print(format_result(result))
     return exit_code_for(result)
+
+
+async def _with_phase_line(evaluator: Any, task: Any, candidate: Any) -> Any:
+    """Evaluate with the phase in progress and its time so far on stderr (a build can take minutes)."""
+    from cudaforge.engine.evaluation.progress import PhaseLine
+
+    line = PhaseLine()
+
+    async def ticking() -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            line.tick()
+
+    ticker = asyncio.ensure_future(ticking())
+    try:
+        return await evaluator.evaluate(task, candidate, on_progress=line.update)
+    finally:
+        ticker.cancel()
+        line.close()
 
 
 def _peak_bandwidth(config: Any) -> float | None:
