@@ -345,6 +345,10 @@ class WorkbenchApp(App[int]):
     def _tick(self) -> None:
         for bar in self.query(StatusBar):  # none while the app shuts down
             bar.show(self.model)
+        view = self.model.get(self.selected)
+        if view is not None and view.result is None and view.build_started is not None:
+            for compiler in self.query(CompilerPane):  # the build's time so far
+                compiler.show_round(self.model, view)
 
     def _log(self, text: str, level: str = "info") -> None:
         for pane in self.query(LogPane):  # none while the app shuts down

@@ -14,6 +14,7 @@ from cudaforge.engine.profiling import ProfileResult
 from cudaforge.engine.profiling.analysis import Analysis
 from cudaforge.engine.results import EvalResult
 from cudaforge.engine.session import (
+    BuildOutput,
     CandidateEvaluated,
     CandidateProposed,
     CoderFailed,
@@ -59,6 +60,8 @@ class RoundView:
     outcome: str = ""
     cost_usd: float = 0.0
     tokens: int = 0
+    build_lines: list[str] = field(default_factory=list)  # what the build printed so far (while it runs)
+    build_started: float | None = None  # time.time() the build began, while the round is evaluated
 
     @property
     def speedup(self) -> float | None:
@@ -107,6 +110,7 @@ class RunModel:
     phase: str = "idle"
     phase_round: int | None = None
     phase_started: float = 0.0
+    phase_detail: str = ""  # the worker's own step (build, correctness, ...) while a round is evaluated
     current_round: int | None = None
     pending: DecisionNeeded | None = None  # the one place the waiting request lives; None once answered
     stopped: SessionStopped | None = None
@@ -149,7 +153,16 @@ class RunModel:
                 changed.add(event.round)
             case PhaseChanged():
                 self.phase, self.phase_round = event.phase, event.round
-                self.phase_started = event.started_at
+                self.phase_started, self.phase_detail = event.started_at, event.detail
+                if event.detail == "build":
+                    self.ensure(event.round).build_started = event.started_at
+                    changed.add(event.round)
+            case BuildOutput():
+                view = self.ensure(event.round)
+                if view.build_started != event.started_at:  # a new build of the round: its own lines
+                    view.build_started, view.build_lines = event.started_at, []
+                view.build_lines.extend(event.lines)
+                changed.add(event.round)
             case CandidateProposed():
                 view = self.ensure(event.round)
                 view.candidate, view.format, view.origin = event.source, event.format, event.origin

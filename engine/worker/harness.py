@@ -110,7 +110,8 @@ class BuildRecorder:
             else:
                 was_built = False
             start = time.perf_counter()
-            if recorder.log_path is not None and not args and "verbose" not in kwargs:
+            if recorder.log_path is not None and not args:  # keyword style (KernelBench's): streamable
+                kwargs.pop("verbose", None)  # the build's output goes to the log either way
                 module = _streamed_build(recorder.log_path, original, name, cpp_sources, cuda_sources, kwargs)
             else:
                 module = original(name, cpp_sources, cuda_sources, *args, **kwargs)
