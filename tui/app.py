@@ -15,6 +15,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from cudaforge.engine.config import Config, load_config
@@ -36,6 +37,7 @@ from cudaforge.engine.session import (
     create_session,
     resume_session,
 )
+from cudaforge.engine.skeleton import manual_skeleton
 from cudaforge.tui.cli import LaunchSpec, parse_args
 from cudaforge.tui.collector import HeapFreezer
 from cudaforge.tui.commands import WorkbenchCommands
@@ -47,6 +49,7 @@ from cudaforge.tui.messages import DecisionChosen, EngineEvent, RoundSelected, S
 from cudaforge.tui.model import RoundView, RunModel
 from cudaforge.tui.screens.confirm import ConfirmScreen
 from cudaforge.tui.screens.help import HelpScreen
+from cudaforge.tui.screens.load_file import LoadFileScreen
 from cudaforge.tui.screens.settings import SettingsScreen
 from cudaforge.tui.screens.workbench import WorkbenchScreen
 from cudaforge.tui.session_thread import SessionThread
@@ -56,7 +59,7 @@ from cudaforge.tui.widgets.correctness import CorrectnessPane
 from cudaforge.tui.widgets.decision import DecisionBar
 from cudaforge.tui.widgets.footer import KeyFooter
 from cudaforge.tui.widgets.judge import JudgePane
-from cudaforge.tui.widgets.log import LogPane
+from cudaforge.tui.widgets.log import LogPane, run_folder_log
 from cudaforge.tui.widgets.metrics import MetricsPane
 from cudaforge.tui.widgets.rounds import RoundsPane
 from cudaforge.tui.widgets.source import DIFF_MODES, SourcePane
@@ -67,13 +70,6 @@ from textual import events
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
-
-MANUAL_TEMPLATE = '''"""Your candidate for round {round}: a ModelNew with Model's constructor and forward signature,
-running your own kernels (CPU device: C++ through load_inline(cpp_sources=...); CUDA: nvrtc or inline)."""
-import torch
-import torch.nn as nn
-'''
-
 
 install_highlight_cache()
 
@@ -104,6 +100,7 @@ class WorkbenchApp(App[int]):
         self.config: Config | None = None
         self.write_path = Path(spec.config_file) if spec.config_file else self.cwd / "cudaforge.toml"
         self.selected: int | None = None
+        self.follow = True  # the selection follows the live round until the person picks an earlier one
         self.keys: dict[str, str] = effective_keys({})
         self.latency = LatencyProbe()
         self.heap = HeapFreezer()  # keeps full garbage collections short (see collector.py)
@@ -211,16 +208,20 @@ class WorkbenchApp(App[int]):
         m = self.model
         m.run_id, m.run_dir, m.task_path = store.run_id, str(path), str(manifest.get("task_path", ""))
         m.mode = str(state.get("mode") or manifest.get("mode", ""))
-        m.total_rounds = int((manifest.get("config") or {}).get("session", {}).get("rounds", 0)) or len(records)
+        configured = int((manifest.get("config") or {}).get("session", {}).get("rounds", 0)) or len(records)
         gpu = manifest.get("gpu") or {}
         m.gpu_name = str(gpu.get("name") or ("CPU" if gpu.get("device") == "cpu" else ""))
         m.load_records(records)
-        m.current_round = m.latest()
+        done = state.get("rounds_done")
+        m.load_state(str(state.get("status", "?")), state.get("best_round"), state.get("best_speedup"),
+                     int(done) if isinstance(done, int) else None, configured)
         m.dollars = sum(r.cost_usd for r in records)
         m.tokens = sum(r.tokens for r in records)
         self.selected = m.latest()
         self._log(f"opened {path} read-only: {len(records)} round(s), status {state.get('status', '?')}"
                   + (f" ({state.get('stop_message')})" if state.get("stop_message") else ""))
+        for text, level in run_folder_log(path, records, state):
+            self._log(text, level)
         self._banner(f"Browsing {store.run_id} read-only. Select a round in the tree; every pane shows it.")
 
     async def _drive(self) -> None:
@@ -272,11 +273,11 @@ class WorkbenchApp(App[int]):
                     self._log(event.notice)
                 self._load_gpu_name()
             case RoundStarted() if not event.replayed:
-                self.selected = event.round
+                self._follow(event.round)
                 self._log(f"round {event.round}: {event.kind}"
                           + (f", building on round {event.parent}" if event.parent is not None else ""))
             case DecisionNeeded():
-                self.selected = event.round
+                self._follow(event.round)
                 self._open_tab("source" if event.point == "candidate" else "judge")
                 self._log(f"round {event.round} waits for a decision on the {event.point}")
             case CandidateEvaluated() if not event.replayed:
@@ -389,7 +390,15 @@ class WorkbenchApp(App[int]):
     # ---- messages from widgets ------------------------------------------------------------------
     def on_round_selected(self, message: RoundSelected) -> None:
         self.selected = message.round
+        self.follow = message.round == self.model.latest()  # a person looking back stays where they are
         self._show_round(message.round)
+
+    def _follow(self, n: int) -> None:
+        """A new live round: selected if the person follows the run; else the tree stays where they put it."""
+        if self.follow or self.selected is None:
+            self.selected = n
+        elif self.selected != n:
+            self.notify(f"round {n} is live; l selects it", timeout=4)
 
     def on_decision_chosen(self, message: DecisionChosen) -> None:
         self.run_worker(self.run_action(message.action), exclusive=False)
@@ -478,12 +487,58 @@ class WorkbenchApp(App[int]):
         self._show_round(pending.round)
         if pending.point == "candidate":
             self._open_tab("source")
-            start = None if self.source_pane.text.strip() else MANUAL_TEMPLATE.format(round=pending.round)
+            start = None if self.source_pane.text.strip() else self._manual_start(pending.round)
             self.source_pane.start_editing(start)
         else:
             self._open_tab("judge")
             self.judge_pane.start_editing()
         self.on_text_area_changed()
+
+    def _manual_start(self, round: int) -> str:
+        """The module a person starts from: ModelNew with the task's signatures, a stub in the run's format."""
+        fmt = str(self.config.get("session", "format") or "") if self.config is not None else ""
+        try:
+            source = Path(self.model.task_path or self.spec.task or "").read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            source = ""
+        return manual_skeleton(source, fmt or ("cpu" if self.spec.device == "cpu" else "inline"), round)
+
+    def action_load_file(self) -> None:
+        if self._pending("candidate") is None:
+            self.notify("no candidate step is waiting: a file loads into the editor when one is", severity="warning")
+            return
+        self.push_screen(LoadFileScreen(self.cwd), self._file_loaded)
+
+    def _file_loaded(self, source: str | None) -> None:
+        pending = self._pending("candidate")
+        if source is None or pending is None:
+            return
+        self.selected = pending.round
+        self._show_round(pending.round)
+        self._open_tab("source")
+        self.source_pane.start_editing(source)
+        self._log(f"round {pending.round}: a candidate loaded from a file into the editor (a approves it)")
+        self.on_text_area_changed()
+
+    def _typed_draft(self) -> str:
+        """What the person typed into the waiting draft that an answer other than approve would discard."""
+        pending = self._pending()
+        if pending is None or not self._edited():
+            return ""
+        return "candidate" if pending.point == "candidate" else "recommendation"
+
+    def _unless_typed(self, what: str, then: Callable[[], None]) -> None:
+        """Run `then` at once, or after a yes when it would discard text the person typed."""
+        typed = self._typed_draft()
+        if not typed:
+            then()
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                then()
+
+        self.push_screen(ConfirmScreen(f"{what} discards the {typed} you typed. {what} anyway?"), answered)
 
     def action_write_own(self) -> None:
         if self._pending("recommendation") is None:
@@ -503,7 +558,7 @@ class WorkbenchApp(App[int]):
             self.notify("set $VISUAL or $EDITOR to edit in your editor; e edits in place", severity="error")
             return
         pane = self.source_pane if pending.point == "candidate" else self.judge_pane
-        text = pane.text or (MANUAL_TEMPLATE.format(round=pending.round) if pending.point == "candidate" else "")
+        text = pane.text or (self._manual_start(pending.round) if pending.point == "candidate" else "")
         suffix = ".py" if pending.point == "candidate" else ".md"
         with tempfile.NamedTemporaryFile("w", suffix=suffix, prefix=f"cudaforge-r{pending.round}-", delete=False,
                                          encoding="utf-8") as fh:
@@ -527,9 +582,12 @@ class WorkbenchApp(App[int]):
         self.on_text_area_changed()
 
     def action_regenerate(self) -> None:
-        self._answer(Decision("regenerate"))
+        self._unless_typed("Regenerating", lambda: self._answer(Decision("regenerate")))
 
     def action_branch(self) -> None:
+        self._unless_typed("Branching", self._branch)
+
+    def _branch(self) -> None:
         target = self.selected
         if target is None:
             self.notify("select the round to branch from in the tree first", severity="warning")

@@ -25,6 +25,7 @@ STATUS_STYLE = {
     "unavailable": ("?", "yellow"),
     "no_candidate": ("–", "yellow"),
     "running": ("…", "cyan"),
+    "stopped": ("■", "yellow"),  # left unfinished when its session stopped
 }
 
 VERDICT_STYLE = {  # the analyzer's bottleneck classes
@@ -40,6 +41,11 @@ SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim", "fail": 
 
 def status_glyph(status: str) -> tuple[str, str]:
     return STATUS_STYLE.get(status, ("?", "white"))
+
+
+def judge_mode_label(mode: str) -> str:
+    """How the Judge's mode reads: "correct" (the stored value, kept so old run folders open) is a repair."""
+    return {"correct": "repair"}.get(mode, mode)
 
 
 def fmt_speedup(value: float | None) -> str:
@@ -126,11 +132,18 @@ def diagnostic_lines(lines: list[LogLine]) -> list[int]:
     """The indices of the log's diagnostics: what the Compiler pane counts and `n`/`N` step through.
     The compiler's own "file:line: error" lines where there are any; else the lines that state an error
     (a Python exception's message), never ninja's progress, its "build stopped" or a traceback's header.
-    The one rule for both; engine/compiler_log.py's reader of diagnostics may take its place."""
+    A diagnostic printed twice counts once. The one rule for both; engine/compiler_log.py's reader of
+    diagnostics may take its place."""
     stated = [i for i, line in enumerate(lines)
               if is_error_line(line.text) and not line.text.lstrip().startswith(_BUILD_SUMMARY)]
     precise = [i for i in stated if _DIAGNOSTIC.search(lines[i].text)]
-    return precise or stated
+    seen: set[str] = set()
+    unique = []
+    for i in precise or stated:  # a log repeated (the build error inside its own traceback) counts once
+        if lines[i].text.strip() not in seen:
+            seen.add(lines[i].text.strip())
+            unique.append(i)
+    return unique
 
 
 def failing_source_line(log: str, candidate: str) -> int | None:

@@ -62,6 +62,7 @@ class RoundView:
     tokens: int = 0
     build_lines: list[str] = field(default_factory=list)  # what the build printed so far (while it runs)
     build_started: float | None = None  # time.time() the build began, while the round is evaluated
+    abandoned: bool = False  # unfinished in a run that is no longer running (a cancelled round)
 
     @property
     def speedup(self) -> float | None:
@@ -76,7 +77,9 @@ class RoundView:
             return self.result.outcome
         if self.coder_error:
             return "no_candidate"
-        return "running" if not self.finished else "no_candidate"
+        if not self.finished:
+            return "stopped" if self.abandoned else "running"
+        return "no_candidate"
 
     @classmethod
     def from_record(cls, rec: RoundRecord) -> RoundView:
@@ -115,6 +118,7 @@ class RunModel:
     pending: DecisionNeeded | None = None  # the one place the waiting request lives; None once answered
     stopped: SessionStopped | None = None
     gpu_name: str = ""
+    run_status: str = ""  # a browsed run's status as its state says (running, stopped, finished, ...)
 
     # ---- reading ---------------------------------------------------------------------------------
     def get(self, n: int | None) -> RoundView | None:
@@ -229,6 +233,22 @@ class RunModel:
     def answered(self) -> None:
         """The person answered the waiting request: it is no longer pending (the engine goes on)."""
         self.pending = None
+
+    def load_state(self, status: str, best_round: int | None, best_speedup: float | None,
+                   rounds_done: int | None, configured_rounds: int) -> None:
+        """A browsed run as its session wrote it down: the state's status, best round and round count
+        are the truth (a best recomputed from the rounds would crown a round the session did not); a
+        round left unfinished by a run that is not running was stopped, not running."""
+        self.run_status = status
+        if status != "running":
+            for view in self.rounds.values():
+                view.abandoned = not view.finished
+        if best_round is not None or best_speedup is not None:
+            self.best_round, self.best_speedup = best_round, best_speedup
+        finished = sum(1 for v in self.rounds.values() if v.finished)
+        done = rounds_done if rounds_done is not None else finished
+        self.current_round = done or None
+        self.total_rounds = max(configured_rounds, done)
 
     def load_records(self, records: list[RoundRecord]) -> None:
         """Fill the rounds from a run folder (read-only browsing, or costs of a resumed run)."""

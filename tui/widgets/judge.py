@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
+from cudaforge.tui.format import judge_mode_label
 from cudaforge.tui.model import RoundView, RunModel
+from cudaforge.tui.widgets.editor import DocumentTextArea
 from cudaforge.tui.widgets.static import set_text
 from rich.text import Text
 from textual.app import ComposeResult
@@ -26,7 +28,7 @@ class JudgePane(Vertical):
     def compose(self) -> ComposeResult:
         yield Static("", id="judge-header", classes="pane-header")
         yield Markdown("", id="judge-markdown")
-        yield TextArea("", language="markdown", id="judge-editor", soft_wrap=True)
+        yield DocumentTextArea("", language="markdown", id="judge-editor", soft_wrap=True)
 
     def on_mount(self) -> None:
         self.editor.display = False
@@ -53,7 +55,7 @@ class JudgePane(Vertical):
             header.append(f"round {view.round}: no recommendation" + (" (seed rounds start without one)"
                                                                       if view.parent is None else ""), style="dim")
         else:
-            header.append(f"round {view.round} · Judge on round {view.subject_round} · {view.judge_mode} · "
+            header.append(f"round {view.round} · Judge on round {view.subject_round} · {judge_mode_label(view.judge_mode)} · "
                           f"{view.judge_source}", style="bold")
         pending = model.pending
         if pending is not None and pending.round == view.round and pending.point == "recommendation":

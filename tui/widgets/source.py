@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from cudaforge.tui.format import failing_source_line, unified_diff
 from cudaforge.tui.model import RoundView, RunModel
+from cudaforge.tui.widgets.editor import DocumentTextArea
 from cudaforge.tui.widgets.static import set_text
 from rich.text import Text
 from textual import events
@@ -15,7 +16,7 @@ from textual.widgets import Static, TextArea
 DIFF_MODES = ("off", "previous", "best")
 
 
-class SourceEditor(TextArea):
+class SourceEditor(DocumentTextArea):
     """Textual's TextArea, except that it keeps its rendered lines where nothing they show changed: a
     Resize that leaves its wrap width as it was, and a style update that leaves its line styles.
     Textual sends Resize to every widget a layout shows again, so each switch to the Source pane
