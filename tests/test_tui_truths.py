@@ -10,15 +10,19 @@ import uuid
 from pathlib import Path
 
 import pytest
+from cudaforge.engine.skeleton import manual_skeleton
 from cudaforge.tui.app import WorkbenchApp
 from cudaforge.tui.cli import LaunchSpec
 from cudaforge.tui.format import classify_log, diagnostic_lines
+from cudaforge.tui.screens.confirm import ConfirmScreen
+from cudaforge.tui.screens.load_file import LoadFileScreen
 from cudaforge.tui.widgets.compiler import CompilerPane
 from cudaforge.tui.widgets.rounds import RoundsPane
 from cudaforge.tui.widgets.status import StatusBar
 from llm_server import ScriptedLLMServer
 from session_kit import CORRECT, KEY, KEY_ENV, coder_reply
 from textual.pilot import Pilot
+from textual.widgets import Input, Static
 from tui_kit import FIXTURE_RUN, SIZE, pending_point, round_finished, task_app, wait_until, write_config
 
 
@@ -107,6 +111,8 @@ async def test_the_build_streams_into_the_compiler_pane_while_it_runs(tmp_path: 
             assert view.status == "ok"
             assert header_text(pane).startswith("build ok")
             assert "[2/2]" in pane.log_text, "the finished build keeps its steps"
+            streamed_lines = "\n".join(view.build_lines)
+            assert "[1/2]" in streamed_lines and "[2/2]" in streamed_lines, "every step streamed, in one build's log"
 
 
 # ---- the Compiler pane counts diagnostics (a recorded run: round 1 failed to build with one error) ----
@@ -188,3 +194,99 @@ async def test_enter_opens_a_round_and_repair_rounds_say_repair(tmp_path: Path) 
         header = str(app.judge_pane.query_one("#judge-header").content)
         assert "· repair ·" in header and "· correct ·" not in header, header
         assert "repair" in str(tree._round_nodes[2].label)
+
+
+# ---- editing keeps work (manual mode: no LLM, the heuristic Judge) ----
+
+async def test_manual_mode_starts_from_the_tasks_skeleton_and_ctrl_end_goes_to_the_end(
+        tmp_path: Path, cache_dir: Path) -> None:
+    app = task_app(tmp_path, write_config(tmp_path, cache_dir, None, rounds=2))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, pending_point(app, "candidate", 1), what="the manual candidate step")
+        await pilot.press("e")
+        text = app.source_pane.text
+        assert "class ModelNew(nn.Module):" in text
+        assert "def __init__(self, cols):" in text, "Model.__init__'s signature (what get_init_inputs feeds)"
+        assert "def forward(self, x):" in text, "Model.forward's arguments"
+        assert "# _ext = load_inline(name=" in text and "cpp_sources=" in text, "a commented stub in the cpu format"
+        editor = app.source_pane.editor
+        await pilot.press("ctrl+end")
+        await pilot.press("#", " ", "e", "n", "d")
+        assert app.source_pane.text.rstrip().endswith("# end"), "typed text lands at the end"
+        await pilot.press("ctrl+home")
+        assert editor.cursor_location == (0, 0)
+        await pilot.press("#", " ", "t", "o", "p", "enter")
+        assert app.source_pane.text.startswith("# top\n")
+        await pilot.press("escape", "s")
+        await wait_until(pilot, lambda: app.model.stopped is not None, what="the stop")
+
+
+def test_the_skeleton_follows_the_task_and_the_format() -> None:
+    task = ("import torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self, in_features: int, out=8):\n"
+            "        super().__init__()\n\n    def forward(self, a, b, *, scale=1.0):\n        return a\n")
+    for fmt, needle in (("inline", "cuda_sources=CUDA_SOURCE"), ("nvrtc", "load_kernel(SOURCE"),
+                        ("triton", "@triton.jit"), ("cpu", "cpp_sources=CPP_SOURCE")):
+        text = manual_skeleton(task, fmt, round=3)
+        compile(text, "skeleton.py", "exec")  # it parses as it stands
+        assert "def __init__(self, in_features: int, out=8):" in text
+        assert "def forward(self, a, b, *, scale=1.0):" in text
+        assert needle in text and f"round 3 ({fmt} format)" in text
+    assert "def __init__(self):" in manual_skeleton("class Model:\n    def forward(self, x):\n        return x\n", "cpu")
+
+
+async def test_a_candidate_loads_from_a_file_and_errors_are_shown(tmp_path: Path, cache_dir: Path) -> None:
+    (tmp_path / "mine.py").write_text(CORRECT)
+    (tmp_path / "nomodel.py").write_text("x = 1\n")
+    app = task_app(tmp_path, write_config(tmp_path, cache_dir, None, rounds=1))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, pending_point(app, "candidate", 1), what="the manual candidate step")
+        await pilot.press("i")
+        assert isinstance(app.screen, LoadFileScreen)
+        field = app.screen.query_one("#load-path", Input)
+        for path, expected in (("nothere.py", "nothere.py"), ("nomodel.py", "ModelNew")):
+            field.value = path
+            await pilot.press("enter")
+            assert isinstance(app.screen, LoadFileScreen), "a bad file keeps the prompt open"
+            error = str(app.screen.query_one("#load-error", Static).content)
+            assert expected in error, error
+        field.value = "mine.py"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert not isinstance(app.screen, LoadFileScreen)
+        assert app.source_pane.text == CORRECT and app.source_pane.editing
+        assert app._edited(), "the loaded file is the pending edit: a approves it"
+        await pilot.press("escape", "s")
+        await wait_until(pilot, lambda: app.model.stopped is not None, what="the stop")
+
+
+async def test_branching_asks_before_discarding_a_typed_recommendation_and_the_cursor_stays(
+        tmp_path: Path, cache_dir: Path) -> None:
+    app = task_app(tmp_path, write_config(tmp_path, cache_dir, None, rounds=3, judge="heuristic"))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, pending_point(app, "candidate", 1), what="the manual candidate step")
+        await pilot.press("e")
+        app.source_pane.editor.load_text(CORRECT)
+        await pilot.press("escape", "a")
+        await wait_until(pilot, pending_point(app, "recommendation", 2), timeout=300, what="round 2's recommendation")
+        await pilot.press("w")
+        await pilot.press("u", "s", "e", " ", "s", "i", "m", "d")
+        assert app.judge_pane.text == "use simd"
+        await pilot.press("escape")
+        await select_round(pilot, app, 1)
+        await pilot.press("b")
+        assert isinstance(app.screen, ConfirmScreen), "branching would discard the typed recommendation: it asks"
+        await pilot.press("n")
+        assert app._pending("recommendation") is not None and app.judge_pane.typed_for(2) == "use simd"
+        await select_round(pilot, app, 2)
+        assert app.judge_pane.text == "use simd", "the typed text is still there on its round"
+        await select_round(pilot, app, 1)
+        await pilot.press("b")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await wait_until(pilot, pending_point(app, "candidate", 2), what="round 2's candidate, built on round 1")
+        await pilot.pause()
+        tree = app.query_one(RoundsPane)
+        assert app.selected == 1 and tree.cursor_node is not None and tree.cursor_node.data == 1, \
+            "after b the tree cursor stays on the round the person chose"
+        await pilot.press("s")
+        await wait_until(pilot, lambda: app.model.stopped is not None, what="the stop")

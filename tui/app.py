@@ -385,7 +385,7 @@ class WorkbenchApp(App[int]):
         if pending is None:
             return False
         pane = self.source_pane if pending.point == "candidate" else self.judge_pane
-        return pane.round == pending.round and pane.changed
+        return pane.typed_for(pending.round) is not None
 
     # ---- messages from widgets ------------------------------------------------------------------
     def on_round_selected(self, message: RoundSelected) -> None:
@@ -449,6 +449,8 @@ class WorkbenchApp(App[int]):
         self.model.answered()  # no second answer to the same request
         self.source_pane.stop_editing()
         self.judge_pane.stop_editing()
+        self.source_pane.kept.forget(pending.round)
+        self.judge_pane.kept.forget(pending.round)
         if self.session_thread is not None:
             self.session_thread.call(self.driver.answer, decision)
         else:
@@ -464,19 +466,18 @@ class WorkbenchApp(App[int]):
             return
         if pending.point == "candidate":
             pane = self.source_pane
-            if pane.round == pending.round and (pane.changed or "approve" not in pending.options):
-                if not pane.text.strip():
+            typed = pane.typed_for(pending.round)
+            if typed is not None or (pane.round == pending.round and "approve" not in pending.options):
+                text = typed if typed is not None else pane.text
+                if not text.strip():
                     self.notify("the candidate is empty: edit one in first (e)", severity="error")
                     return
-                self._answer(Decision("edit", text=pane.text))
+                self._answer(Decision("edit", text=text))
             else:
                 self._answer(Decision("approve"))
         else:
-            judge = self.judge_pane
-            if judge.round == pending.round and judge.changed:
-                self._answer(Decision("edit", text=judge.text))
-            else:
-                self._answer(Decision("approve"))
+            typed = self.judge_pane.typed_for(pending.round)
+            self._answer(Decision("edit", text=typed) if typed is not None else Decision("approve"))
 
     def action_edit(self) -> None:
         pending = self._pending()

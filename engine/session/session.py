@@ -513,13 +513,16 @@ class Session:
         if "on_progress" not in params:
             return {}
         seen: list[tuple[str, float]] = []
+        build_began: list[float] = []  # the build phase's start: the lines' build, whatever phase they come in
 
         def on_progress(progress: EvalProgress) -> None:
             if (progress.phase, progress.since) not in seen:
                 seen.append((progress.phase, progress.since))
+                if progress.phase == "build":
+                    build_began[:] = [progress.since]
                 self._phase(n, _PHASE_NAMES.get(progress.phase, "verifying"), progress.phase, progress.since)
             if progress.build_lines:
-                self._emit(BuildOutput(n, progress.build_lines, progress.since))
+                self._emit(BuildOutput(n, progress.build_lines, build_began[0] if build_began else progress.since))
 
         return {"on_progress": on_progress}
 

@@ -113,8 +113,9 @@ class CompilerPane(Vertical):
             header.append(f"  {warnings} warning(s)", style="yellow")
         self.query_one("#compiler-header", Static).update(header)
         self._render_log()
-        if keep_last:  # a streaming log: its newest line in view
-            self.query_one("#compiler-scroll", VerticalScroll).scroll_end(animate=False)
+        if keep_last:  # a streaming log: its newest line in view, once the new lines are laid out
+            scroll = self.query_one("#compiler-scroll", VerticalScroll)
+            self.call_after_refresh(scroll.scroll_end, animate=False)
 
     def _render_log(self) -> None:
         text = Text()

@@ -25,3 +25,27 @@ class DocumentTextArea(TextArea):
 
     def action_cursor_document_end(self, select: bool = False) -> None:
         self.move_cursor(self.document.end, select=select)
+
+
+class KeptDrafts:
+    """Text typed into a round's draft, kept while the person looks at other rounds: a pane that shows
+    another round loads that round's text, and without this the typed text would be gone. A kept text
+    comes back only while the draft it was typed over is still the round's text."""
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[str, str]] = {}  # round -> (the text it was typed over, the typed text)
+
+    def leave(self, round: int | None, base: str, text: str) -> None:
+        if round is not None and text != base:
+            self._kept[round] = (base, text)
+
+    def restore(self, round: int | None, base: str) -> str | None:
+        kept = self._kept.get(round) if round is not None else None
+        return kept[1] if kept is not None and kept[0] == base else None
+
+    def typed(self, round: int) -> str | None:
+        kept = self._kept.get(round)
+        return kept[1] if kept is not None else None
+
+    def forget(self, round: int) -> None:
+        self._kept.pop(round, None)
