@@ -305,6 +305,10 @@ class WorkbenchApp(App[int]):
             case _:
                 pass
         self._refresh_all(changed)
+        if isinstance(event, DecisionNeeded) and self.selected != event.round:
+            # the tree stays on the round the person chose; the pane that decides shows what waits
+            pane = self.source_pane if event.point == "candidate" else self.judge_pane
+            pane.show_round(self.model, self.model.get(event.round))
 
     def on_session_ended(self, message: SessionEnded) -> None:
         if message.error and self.query("#banner"):
