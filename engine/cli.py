@@ -161,7 +161,7 @@ async def _cmd_eval(args: argparse.Namespace) -> int:
                                       peaks=peaks_from_spec(spec))
     _eprint(f"evaluating {candidate.format} candidate {args.candidate} on {options.device}"
             + (f":{options.gpu}" if options.device == "cuda" else "") + " …")
-    result = await Evaluator(options, keep_workdirs=args.keep).evaluate(task, candidate)
+    result = await _with_phase_line(Evaluator(options, keep_workdirs=args.keep), task, candidate)
     held = hold_reasons(result, HoldSettings.from_config(config), new_best=False)  # every_best: sessions only
     if args.json:
         print(json.dumps({**result.to_dict(), "hold": [{"kind": h.kind, "message": h.message} for h in held]},
@@ -170,6 +170,25 @@ async def _cmd_eval(args: argparse.Namespace) -> int:
     else:
         print("\n".join([format_result(result, debug=bool(getattr(args, "debug", False))), *hold_lines(held)]))
     return exit_code_for(result)  # a hold is for a person to rule on, not a different verdict
+
+
+async def _with_phase_line(evaluator: Any, task: Any, candidate: Any) -> Any:
+    """Evaluate with the phase in progress and its time so far on stderr (a build can take minutes)."""
+    from cudaforge.engine.evaluation.progress import PhaseLine
+
+    line = PhaseLine()
+
+    async def ticking() -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            line.tick()
+
+    ticker = asyncio.ensure_future(ticking())
+    try:
+        return await evaluator.evaluate(task, candidate, on_progress=line.update)
+    finally:
+        ticker.cancel()
+        line.close()
 
 
 def _gpu_spec(config: Any) -> Any:

@@ -41,6 +41,7 @@ from cudaforge.engine.session import (
 )
 from cudaforge.engine.session.review import rule_offline
 from cudaforge.engine.session.rulings import RulingKind
+from cudaforge.engine.skeleton import manual_skeleton
 from cudaforge.tui.browse import open_run, run_gpu_name
 from cudaforge.tui.cli import LaunchSpec, parse_args
 from cudaforge.tui.collector import HeapFreezer
@@ -55,6 +56,7 @@ from cudaforge.tui.model import RoundView, RunModel
 from cudaforge.tui.panes import FIRST_PANE, PANE_NAMES, PANES, RoundPane, pane_named
 from cudaforge.tui.screens.confirm import ConfirmScreen
 from cudaforge.tui.screens.help import HelpScreen
+from cudaforge.tui.screens.load_file import LoadFileScreen
 from cudaforge.tui.screens.settings import SettingsScreen
 from cudaforge.tui.screens.workbench import WorkbenchScreen
 from cudaforge.tui.session_thread import SessionThread
@@ -74,13 +76,6 @@ from textual import events
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
-
-MANUAL_TEMPLATE = '''"""Your candidate for round {round}: a ModelNew with Model's constructor and forward signature,
-running your own kernels (CPU device: C++ through load_inline(cpp_sources=...); CUDA: nvrtc or inline)."""
-import torch
-import torch.nn as nn
-'''
-
 
 install_highlight_cache()
 
@@ -111,6 +106,7 @@ class WorkbenchApp(App[int]):
         self.config: Config | None = None
         self.write_path = Path(spec.config_file) if spec.config_file else self.cwd / "cudaforge.toml"
         self.selected: int | None = None
+        self.follow = True  # the selection follows the live round until the person picks an earlier one
         self.keys: dict[str, str] = effective_keys({})
         self.latency = LatencyProbe()
         self.heap = HeapFreezer()  # keeps full garbage collections short (see collector.py)
@@ -204,6 +200,8 @@ class WorkbenchApp(App[int]):
             return
         self.selected = self.model.latest()
         self._log(opened.log)
+        for text, level in opened.folder_log:
+            self._log(text, level)
         self._banner(opened.banner)
 
     async def _drive(self) -> None:
@@ -254,9 +252,9 @@ class WorkbenchApp(App[int]):
                     self._banner(event.notice)
                 self._load_gpu_name()
             case RoundStarted() if not event.replayed:
-                self.selected = event.round
+                self._follow(event.round)
             case DecisionNeeded():
-                self.selected = event.round
+                self._follow(event.round)
                 self._open_tab("source" if event.point == "candidate" else "judge")
             case RoundFinished() if event.replayed:
                 self.selected = event.round
@@ -273,6 +271,10 @@ class WorkbenchApp(App[int]):
             case _:
                 pass
         self._refresh_all(changed)
+        if isinstance(event, DecisionNeeded) and self.selected != event.round:
+            # the tree stays on the round the person chose; the pane that decides shows what waits
+            pane = self.source_pane if event.point == "candidate" else self.judge_pane
+            pane.show_round(self.model, self.model.get(event.round))
 
     def on_session_ended(self, message: SessionEnded) -> None:
         if message.error and self.query("#banner"):
@@ -312,6 +314,10 @@ class WorkbenchApp(App[int]):
     def _tick(self) -> None:
         for bar in self.query(StatusBar):  # none while the app shuts down
             bar.show(self.model)
+        view = self.model.get(self.selected)
+        if view is not None and view.result is None and view.build_started is not None:
+            for compiler in self.query(CompilerPane):  # the build's time so far
+                compiler.show_round(self.model, view)
 
     def _log(self, text: str, level: str = "info") -> None:
         for log in self.query(LogPane):  # none while the app shuts down
@@ -347,12 +353,20 @@ class WorkbenchApp(App[int]):
         if pending is None:
             return False
         pane = self.source_pane if pending.point == "candidate" else self.judge_pane
-        return pane.round == pending.round and pane.changed
+        return pane.typed_for(pending.round) is not None
 
     # ---- messages from widgets ------------------------------------------------------------------
     def on_round_selected(self, message: RoundSelected) -> None:
         self.selected = message.round
+        self.follow = message.round == self.model.latest()  # a person looking back stays where they are
         self._show_round(message.round)
+
+    def _follow(self, n: int) -> None:
+        """A new live round: selected if the person follows the run; else the tree stays where they put it."""
+        if self.follow or self.selected is None:
+            self.selected = n
+        elif self.selected != n:
+            self.notify(f"round {n} is live; l selects it", timeout=4)
 
     def on_decision_chosen(self, message: DecisionChosen) -> None:
         self.run_worker(self.run_action(message.action), exclusive=False)
@@ -403,6 +417,8 @@ class WorkbenchApp(App[int]):
         self.model.answered()  # no second answer to the same request
         self.source_pane.stop_editing()
         self.judge_pane.stop_editing()
+        self.source_pane.kept.forget(pending.round)
+        self.judge_pane.kept.forget(pending.round)
         if self.session_thread is not None:
             self.session_thread.call(self.driver.answer, decision)
         else:
@@ -418,19 +434,18 @@ class WorkbenchApp(App[int]):
             return
         if pending.point == "candidate":
             pane = self.source_pane
-            if pane.round == pending.round and (pane.changed or "approve" not in pending.options):
-                if not pane.text.strip():
+            typed = pane.typed_for(pending.round)
+            if typed is not None or (pane.round == pending.round and "approve" not in pending.options):
+                text = typed if typed is not None else pane.text
+                if not text.strip():
                     self.notify("the candidate is empty: edit one in first (e)", severity="error")
                     return
-                self._answer(Decision("edit", text=pane.text))
+                self._answer(Decision("edit", text=text))
             else:
                 self._answer(Decision("approve"))
         else:
-            judge = self.judge_pane
-            if judge.round == pending.round and judge.changed:
-                self._answer(Decision("edit", text=judge.text))
-            else:
-                self._answer(Decision("approve"))
+            typed = self.judge_pane.typed_for(pending.round)
+            self._answer(Decision("edit", text=typed) if typed is not None else Decision("approve"))
 
     def action_edit(self) -> None:
         pending = self._pending()
@@ -441,12 +456,58 @@ class WorkbenchApp(App[int]):
         self._show_round(pending.round)
         if pending.point == "candidate":
             self._open_tab("source")
-            start = None if self.source_pane.text.strip() else MANUAL_TEMPLATE.format(round=pending.round)
+            start = None if self.source_pane.text.strip() else self._manual_start(pending.round)
             self.source_pane.start_editing(start)
         else:
             self._open_tab("judge")
             self.judge_pane.start_editing()
         self.on_text_area_changed()
+
+    def _manual_start(self, round: int) -> str:
+        """The module a person starts from: ModelNew with the task's signatures, a stub in the run's format."""
+        fmt = str(self.config.get("session", "format") or "") if self.config is not None else ""
+        try:
+            source = Path(self.model.task_path or self.spec.task or "").read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            source = ""
+        return manual_skeleton(source, fmt or ("cpu" if self.spec.device == "cpu" else "inline"), round)
+
+    def action_load_file(self) -> None:
+        if self._pending("candidate") is None:
+            self.notify("no candidate step is waiting: a file loads into the editor when one is", severity="warning")
+            return
+        self.push_screen(LoadFileScreen(self.cwd), self._file_loaded)
+
+    def _file_loaded(self, source: str | None) -> None:
+        pending = self._pending("candidate")
+        if source is None or pending is None:
+            return
+        self.selected = pending.round
+        self._show_round(pending.round)
+        self._open_tab("source")
+        self.source_pane.start_editing(source)
+        self._log(f"round {pending.round}: a candidate loaded from a file into the editor (a approves it)")
+        self.on_text_area_changed()
+
+    def _typed_draft(self) -> str:
+        """What the person typed into the waiting draft that an answer other than approve would discard."""
+        pending = self._pending()
+        if pending is None or not self._edited():
+            return ""
+        return "candidate" if pending.point == "candidate" else "recommendation"
+
+    def _unless_typed(self, what: str, then: Callable[[], None]) -> None:
+        """Run `then` at once, or after a yes when it would discard text the person typed."""
+        typed = self._typed_draft()
+        if not typed:
+            then()
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                then()
+
+        self.push_screen(ConfirmScreen(f"{what} discards the {typed} you typed. {what} anyway?"), answered)
 
     def action_write_own(self) -> None:
         if self._pending("recommendation") is None:
@@ -466,7 +527,7 @@ class WorkbenchApp(App[int]):
             self.notify("set $VISUAL or $EDITOR to edit in your editor; e edits in place", severity="error")
             return
         pane = self.source_pane if pending.point == "candidate" else self.judge_pane
-        text = pane.text or (MANUAL_TEMPLATE.format(round=pending.round) if pending.point == "candidate" else "")
+        text = pane.text or (self._manual_start(pending.round) if pending.point == "candidate" else "")
         suffix = ".py" if pending.point == "candidate" else ".md"
         with tempfile.NamedTemporaryFile("w", suffix=suffix, prefix=f"cudaforge-r{pending.round}-", delete=False,
                                          encoding="utf-8") as fh:
@@ -490,9 +551,12 @@ class WorkbenchApp(App[int]):
         self.on_text_area_changed()
 
     def action_regenerate(self) -> None:
-        self._answer(Decision("regenerate"))
+        self._unless_typed("Regenerating", lambda: self._answer(Decision("regenerate")))
 
     def action_branch(self) -> None:
+        self._unless_typed("Branching", self._branch)
+
+    def _branch(self) -> None:
         target = self.selected
         if target is None:
             self.notify("select the round to branch from in the tree first", severity="warning")

@@ -11,6 +11,7 @@ from pathlib import Path
 from cudaforge.engine.errors import CudaforgeError
 from cudaforge.engine.session import RunStore
 from cudaforge.tui.model import RunModel
+from cudaforge.tui.widgets.log import run_folder_log
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class Opened:
     log: str = ""
     banner: str = ""
     error: str = ""
+    folder_log: tuple[tuple[str, str], ...] = ()  # the run folder's session log, or what the folder records
 
 
 def open_run(path: Path, model: RunModel) -> Opened:
@@ -36,15 +38,16 @@ def open_run(path: Path, model: RunModel) -> Opened:
     m = model
     m.run_id, m.run_dir, m.task_path = store.run_id, str(path), manifest.task_path
     m.mode = state.mode or manifest.mode
-    m.total_rounds = manifest.rounds_limit or len(records)
+    configured = manifest.rounds_limit or len(records)
     m.gpu_name = manifest.gpu.shown if manifest.gpu is not None else ""
     m.load_records(records)
-    m.current_round = m.latest()
+    m.load_state(state.status or "?", state.best_round, state.best_speedup, state.rounds_done, configured)
     m.dollars = sum(r.cost_usd or 0.0 for r in records)
     m.cost_known = all(r.cost_usd is not None for r in records)
     m.tokens = sum(r.tokens for r in records)
     return Opened(log=f"opened {path} read-only: {len(records)} round(s), status {state.status or '?'}"
                   + (f" ({state.stop_message})" if state.stop_message else ""),
+                  folder_log=tuple(run_folder_log(path, records, state)),
                   banner=f"Browsing {store.run_id} read-only. Select a round in the tree; every pane shows it.")
 
 

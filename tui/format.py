@@ -6,9 +6,10 @@ Kept free of widgets so they can be tested and reused by the chart, the tree and
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 
-from cudaforge.engine.compiler_log import first_error, line_kind
+from cudaforge.engine.compiler_log import first_error, is_error_line, line_kind
 
 STATUS_STYLE = {
     "ok": ("✓", "green"),
@@ -24,6 +25,7 @@ STATUS_STYLE = {
     "unavailable": ("?", "yellow"),
     "no_candidate": ("–", "yellow"),
     "running": ("…", "cyan"),
+    "stopped": ("■", "yellow"),  # left unfinished when its session stopped
 }
 
 VERDICT_STYLE = {  # the analyzer's bottleneck classes
@@ -39,6 +41,11 @@ SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim", "fail": 
 
 def status_glyph(status: str) -> tuple[str, str]:
     return STATUS_STYLE.get(status, ("?", "white"))
+
+
+def judge_mode_label(mode: str) -> str:
+    """How the Judge's mode reads: "correct" (the stored value, kept so old run folders open) is a repair."""
+    return {"correct": "repair"}.get(mode, mode)
 
 
 def fmt_speedup(value: float | None) -> str:
@@ -93,6 +100,32 @@ class LogLine:
 
 def classify_log(log: str) -> list[LogLine]:
     return [LogLine(line, line_kind(line)) for line in log.splitlines()]
+
+
+# A compiler's own diagnostic: "file:12:5: error: ...", "kernel.cu(12): error: ...", "error: ..." (nvcc).
+_DIAGNOSTIC = re.compile(r"(?::\d+(?::\d+)?:|\(\d+\):?)\s*(?:fatal\s+)?error\b|^\s*(?:fatal\s+)?error\s*:",
+                         re.IGNORECASE)
+# Lines that state that a build failed without being a diagnostic (the summary of ninja, torch or Python).
+_BUILD_SUMMARY = ("ninja: build stopped", "Error building extension", "RuntimeError: Error building extension",
+                  "subprocess.CalledProcessError")
+
+
+def diagnostic_lines(lines: list[LogLine]) -> list[int]:
+    """The indices of the log's diagnostics: what the Compiler pane counts and `n`/`N` step through.
+    The compiler's own "file:line: error" lines where there are any; else the lines that state an error
+    (a Python exception's message), never ninja's progress, its "build stopped" or a traceback's header.
+    A diagnostic printed twice counts once. The one rule for both; engine/compiler_log.py's reader of
+    diagnostics may take its place."""
+    stated = [i for i, line in enumerate(lines)
+              if is_error_line(line.text) and not line.text.lstrip().startswith(_BUILD_SUMMARY)]
+    precise = [i for i in stated if _DIAGNOSTIC.search(lines[i].text)]
+    seen: set[str] = set()
+    unique = []
+    for i in precise or stated:  # a log repeated (the build error inside its own traceback) counts once
+        if lines[i].text.strip() not in seen:
+            seen.add(lines[i].text.strip())
+            unique.append(i)
+    return unique
 
 
 def failing_source_line(log: str, candidate: str) -> int | None:

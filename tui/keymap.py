@@ -30,6 +30,7 @@ ACTIONS: tuple[Action, ...] = (
     Action("external_editor", "o", "Edit the draft in $VISUAL / $EDITOR", "decide", show=False),
     Action("regenerate", "r", "Regenerate the Coder's or Judge's draft", "decide"),
     Action("branch", "b", "Branch: the next round builds on the selected round", "decide"),
+    Action("load_file", "i", "Load a candidate from a file into the editor", "decide", show=False),
     Action("write_own", "w", "Write your own recommendation for the Coder", "decide", show=False),
     Action("stop", "s", "Stop the session (the run folder stays resumable)", "decide"),
     Action("pause", "p", "Auto mode: pause (review from the next decision point)", "decide", show=False),

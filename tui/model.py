@@ -15,6 +15,7 @@ from cudaforge.engine.profiling import ProfileResult
 from cudaforge.engine.profiling.analysis import Analysis
 from cudaforge.engine.results import EvalResult
 from cudaforge.engine.session import (
+    BuildOutput,
     CandidateEvaluated,
     CandidateProposed,
     CoderFailed,
@@ -68,6 +69,9 @@ class RoundView:
     hold: tuple[HoldReason, ...] = ()  # why the result is held for review (engine/hold.py)
     rerun: EvalResult | None = None  # the held candidate's re-run in a fresh worker
     ruling: Ruling | None = None
+    build_lines: list[str] = field(default_factory=list)  # what the build printed so far (while it runs)
+    build_started: float | None = None  # time.time() the build began, while the round is evaluated
+    abandoned: bool = False  # unfinished in a run that is no longer running (a cancelled round)
 
     @property
     def speedup(self) -> float | None:
@@ -93,7 +97,8 @@ class RoundView:
 
     @property
     def status(self) -> str:
-        return round_status(self.result, coder_error=self.coder_error, finished=self.finished, outcome=self.outcome)
+        status = round_status(self.result, coder_error=self.coder_error, finished=self.finished, outcome=self.outcome)
+        return "stopped" if status == "running" and self.abandoned else status
 
     @classmethod
     def from_record(cls, rec: RoundRecord) -> RoundView:
@@ -127,10 +132,12 @@ class RunModel:
     phase: str = "idle"
     phase_round: int | None = None
     phase_started: float = 0.0
+    phase_detail: str = ""  # the worker's own step (build, correctness, ...) while a round is evaluated
     current_round: int | None = None
     pending: DecisionNeeded | None = None  # the one place the waiting request lives; None once answered
     stopped: SessionStopped | None = None
     gpu_name: str = ""
+    run_status: str = ""  # a browsed run's status as its state says (running, stopped, finished, ...)
 
     # ---- reading ---------------------------------------------------------------------------------
     def get(self, n: int | None) -> RoundView | None:
@@ -184,7 +191,16 @@ class RunModel:
                 changed.add(event.round)
             case PhaseChanged():
                 self.phase, self.phase_round = event.phase, event.round
-                self.phase_started = event.started_at
+                self.phase_started, self.phase_detail = event.started_at, event.detail
+                if event.detail == "build":
+                    self.ensure(event.round).build_started = event.started_at
+                    changed.add(event.round)
+            case BuildOutput():
+                view = self.ensure(event.round)
+                if view.build_started != event.started_at:  # a new build of the round: its own lines
+                    view.build_started, view.build_lines = event.started_at, []
+                view.build_lines.extend(event.lines)
+                changed.add(event.round)
             case CandidateProposed():
                 view = self.ensure(event.round)
                 view.candidate, view.format, view.origin = event.source, event.format, event.origin
@@ -261,6 +277,22 @@ class RunModel:
     def answered(self) -> None:
         """The person answered the waiting request: it is no longer pending (the engine goes on)."""
         self.pending = None
+
+    def load_state(self, status: str, best_round: int | None, best_speedup: float | None,
+                   rounds_done: int | None, configured_rounds: int) -> None:
+        """A browsed run as its session wrote it down: the state's status, best round and round count
+        are the truth (a best recomputed from the rounds would crown a round the session did not); a
+        round left unfinished by a run that is not running was stopped, not running."""
+        self.run_status = status
+        if status != "running":
+            for view in self.rounds.values():
+                view.abandoned = not view.finished
+        if best_round is not None or best_speedup is not None:
+            self.best_round, self.best_speedup = best_round, best_speedup
+        finished = sum(1 for v in self.rounds.values() if v.finished)
+        done = rounds_done if rounds_done is not None else finished
+        self.current_round = done or None
+        self.total_rounds = max(configured_rounds, done)
 
     def load_records(self, records: list[RoundRecord]) -> None:
         """Fill the rounds from a run folder (read-only browsing, or costs of a resumed run)."""

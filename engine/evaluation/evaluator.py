@@ -18,6 +18,7 @@ from typing import Any
 
 from cudaforge.engine.candidate import Candidate
 from cudaforge.engine.config import GPU_WAIT_S, Config, default, defaults
+from cudaforge.engine.evaluation import progress as eval_progress
 from cudaforge.engine.evaluation import result_cache
 from cudaforge.engine.evaluation.sandbox import (
     ProcessOutcome,
@@ -108,6 +109,11 @@ class EvalOptions:
     def phase_limits(self) -> dict[str, float]:
         return {phase: float(self.timeouts.get(group, GPU_WAIT_S)) for group, phases in PHASE_GROUPS.items()
                 for phase in phases}
+
+
+def progress_file(workdir: Path) -> Path:
+    """The worker's progress file in an evaluation's work folder (its build log lies beside it)."""
+    return workdir / "sandbox" / "progress.json"
 
 
 def triton_env(cache: Path, device: str) -> dict[str, str]:
@@ -257,7 +263,7 @@ class Evaluator:
             gpu_lock_path=str(gpu_lock_path(o.gpu)) if o.device == "cuda" else None,
             gpu_memory_gb=o.gpu_memory_gb,
             result_path=str(workdir / "result.json"),
-            progress_path=str(workdir / "sandbox" / "progress.json"),
+            progress_path=str(progress_file(workdir)),
         )
 
     def worker_env(self) -> dict[str, str]:
@@ -282,8 +288,10 @@ class Evaluator:
         spec_path.write_text(json.dumps(self.worker_job(task, cand_path, workdir, mode, candidate).to_dict()))
         return workdir, cand_path, spec_path
 
-    async def evaluate(self, task: Task, candidate: Candidate, *, use_cache: bool = True) -> EvalResult:
-        """Evaluate `candidate` on `task`: from the result cache, in the spare worker, or in a fresh one."""
+    async def evaluate(self, task: Task, candidate: Candidate, *, use_cache: bool = True,
+                       on_progress: eval_progress.ProgressHook | None = None) -> EvalResult:
+        """Evaluate `candidate` on `task`: from the result cache, in the spare worker, or in a fresh one.
+        `on_progress` hears every phase change and build line while the worker runs."""
         start = time.perf_counter()
         key = None
         if use_cache and self.options.result_cache:
@@ -292,15 +300,18 @@ class Evaluator:
             if hit is not None:
                 self.last_wall_s = time.perf_counter() - start
                 return replace(hit, task_path=str(task.path))
-        result = await self._evaluate_fresh(task, candidate)
+        result = await self._evaluate_fresh(task, candidate, on_progress)
         if key is not None:
             await asyncio.to_thread(result_cache.store_result, self.results_dir, key, result)
         self.last_wall_s = time.perf_counter() - start
         return result
 
-    async def _evaluate_fresh(self, task: Task, candidate: Candidate) -> EvalResult:
+    async def _evaluate_fresh(self, task: Task, candidate: Candidate,
+                              on_progress: eval_progress.ProgressHook | None = None) -> EvalResult:
         spare = self._take_spare()
         workdir, _, spec_path = self.prepare(task, candidate, workdir=spare.workdir if spare else None)
+        watcher = asyncio.ensure_future(eval_progress.watch(progress_file(workdir), on_progress)) \
+            if on_progress is not None else None
         try:
             submitted = time.perf_counter()
             if spare is not None:
@@ -330,6 +341,10 @@ class Evaluator:
                 outcome = replace(outcome, seconds=round(time.perf_counter() - submitted, 3))
             return self.assemble(task, candidate, workdir, outcome, out_path, err_path, warnings)
         finally:
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(BaseException):
+                    await watcher
             if spare is not None:
                 spare.forget()
             if not self.keep_workdirs:

@@ -10,6 +10,7 @@ from cudaforge.engine.session.decisions import (
     ScriptedDriver,
 )
 from cudaforge.engine.session.events import (
+    BuildOutput,
     CandidateEvaluated,
     CandidateProposed,
     CoderFailed,
@@ -55,7 +56,7 @@ from cudaforge.engine.session.store import (
 )
 
 __all__ = [
-    "APPROVE", "NO_LLM_NOTICE", "STOP", "AutoApprove", "CandidateEvaluated", "CandidateProposed", "CoderFailed",
+    "APPROVE", "NO_LLM_NOTICE", "STOP", "AutoApprove", "BuildOutput", "CandidateEvaluated", "CandidateProposed", "CoderFailed",
     "Decision", "DecisionMade", "DecisionNeeded", "Driver", "Event", "JudgeRecommended", "ModeChanged", "Notice",
     "PhaseChanged", "ProfileReady", "QueueDriver", "RerunFinished", "Reverted", "RoundFinished", "RoundHeld",
     "RoundRecord", "RoundStarted", "RulingMade",

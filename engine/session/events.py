@@ -57,6 +57,16 @@ class PhaseChanged:
 
 
 @dataclass(frozen=True)
+class BuildOutput:
+    """Lines the round's build printed since the last report (ninja's steps, which nvcc prints only as each
+    object is done), while the build runs; `started_at` (time.time()) is when the build began."""
+
+    round: int
+    lines: tuple[str, ...]
+    started_at: float
+
+
+@dataclass(frozen=True)
 class CandidateProposed:
     round: int
     source: str
@@ -203,7 +213,7 @@ class RulingMade:
 
 
 Event = (
-    SessionStarted | RoundStarted | PhaseChanged | CandidateProposed | CoderFailed | CandidateEvaluated
+    SessionStarted | RoundStarted | PhaseChanged | BuildOutput | CandidateProposed | CoderFailed | CandidateEvaluated
     | ProfileReady | JudgeRecommended | DecisionNeeded | DecisionMade | RoundFinished | Reverted
     | UsageUpdated | Notice | ModeChanged | SessionStopped | RoundHeld | RerunFinished | RulingMade
 )

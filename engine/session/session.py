@@ -26,6 +26,7 @@ from cudaforge.engine.candidate import Candidate, check_candidate_source
 from cudaforge.engine.config import MODES
 from cudaforge.engine.errors import EXIT_UNAVAILABLE, CandidateError, UsageError
 from cudaforge.engine.evaluation.backend import EvalBackend, ProfileBackend
+from cudaforge.engine.evaluation.progress import EvalProgress
 from cudaforge.engine.fsutil import atomic_write_text
 from cudaforge.engine.hold import HoldSettings, hold_reasons
 from cudaforge.engine.llm.types import REPEATING_ERRORS, CallRecord, UsageLedger, known_cost
@@ -34,6 +35,7 @@ from cudaforge.engine.results import EvalResult
 from cudaforge.engine.session.console import SESSION_LOG, SessionLog
 from cudaforge.engine.session.decisions import APPROVE, Decision, Driver
 from cudaforge.engine.session.events import (
+    BuildOutput,
     CandidateEvaluated,
     CandidateProposed,
     CoderFailed,
@@ -541,16 +543,29 @@ class Session:
         return result
 
     def _phase_kwargs(self, n: int) -> dict[str, Any]:
-        """Pass a phase callback when the evaluator takes one (worker phases → status bar)."""
+        """Pass a progress callback when the evaluator takes one: the worker's phases become PhaseChanged
+        (the status bar) and its build's lines BuildOutput (the Compiler pane), as they come."""
         import inspect
 
         try:
             params = inspect.signature(self.evaluator.evaluate).parameters
         except (TypeError, ValueError):
             return {}
-        if "on_phase" in params:
-            return {"on_phase": lambda phase: self._phase(n, _PHASE_NAMES.get(phase, "verifying"), phase)}
-        return {}
+        if "on_progress" not in params:
+            return {}
+        seen: list[tuple[str, float]] = []
+        build_began: list[float] = []  # the build phase's start: the lines' build, whatever phase they come in
+
+        def on_progress(progress: EvalProgress) -> None:
+            if (progress.phase, progress.since) not in seen:
+                seen.append((progress.phase, progress.since))
+                if progress.phase == "build":
+                    build_began[:] = [progress.since]
+                self._phase(n, _PHASE_NAMES.get(progress.phase, "verifying"), progress.phase, progress.since)
+            if progress.build_lines:
+                self._emit(BuildOutput(n, progress.build_lines, build_began[0] if build_began else progress.since))
+
+        return {"on_progress": on_progress}
 
     async def _profile(self, n: int, candidate: Candidate) -> None:
         if self.profiler is None:
@@ -762,8 +777,8 @@ class Session:
         if self.on_event is not None:
             self.on_event(event)
 
-    def _phase(self, n: int, phase: Any, detail: str = "") -> None:
-        self._emit(PhaseChanged(n, phase, time.time(), detail))
+    def _phase(self, n: int, phase: Any, detail: str = "", started_at: float | None = None) -> None:
+        self._emit(PhaseChanged(n, phase, time.time() if started_at is None else started_at, detail))
 
     def _record_call(self, record: CallRecord) -> None:
         """Held until the agent's draft is stored (_flush_calls): calls.jsonl then never lists a call whose
@@ -819,9 +834,10 @@ def _stop_if_repeating(agent: str, error: dict[str, Any] | None) -> None:
     raise _Stop("unavailable" if REPEATING_ERRORS[kind] == EXIT_UNAVAILABLE else "bad_config", text)
 
 
-_PHASE_NAMES = {"start": "compiling", "load_task": "compiling", "build": "compiling", "init": "compiling",
-                "correctness": "verifying", "kernels": "verifying", "timing": "timing",
-                "compile_baseline": "timing", "gpu_wait": "waiting"}
+_PHASE_NAMES = {"start": "compiling", "idle": "compiling", "warm": "compiling", "load_task": "compiling",
+                "build": "compiling", "init": "compiling", "correctness": "verifying", "kernels": "verifying",
+                "timing": "timing", "compile_baseline": "timing", "gpu_wait": "verifying",
+                "context_wait": "compiling", "context": "compiling", "done": "verifying"}
 
 
 __all__ = ["EventHook", "Session", "SessionPolicy"]

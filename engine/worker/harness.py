@@ -77,8 +77,9 @@ def import_file(path: str, module_name: str) -> types.ModuleType:
 class BuildRecorder:
     """Wraps load_inline: a content-keyed build directory per extension, build time, call counts."""
 
-    def __init__(self, cache_root: Path | None) -> None:
+    def __init__(self, cache_root: Path | None, log_path: Path | None = None) -> None:
         self.cache_root = cache_root
+        self.log_path = log_path  # where ninja's output goes as it comes (the app tails it: build progress)
         self.seconds = 0.0
         self.cached = True
         self.builds = 0
@@ -109,7 +110,11 @@ class BuildRecorder:
             else:
                 was_built = False
             start = time.perf_counter()
-            module = original(name, cpp_sources, cuda_sources, *args, **kwargs)
+            if recorder.log_path is not None and not args:  # keyword style (KernelBench's): streamable
+                kwargs.pop("verbose", None)  # the build's output goes to the log either way
+                module = _streamed_build(recorder.log_path, original, name, cpp_sources, cuda_sources, kwargs)
+            else:
+                module = original(name, cpp_sources, cuda_sources, *args, **kwargs)
             recorder.seconds += time.perf_counter() - start
             recorder.builds += 1
             recorder.cached = recorder.cached and was_built
@@ -143,6 +148,35 @@ class BuildRecorder:
                 return value
 
         return Counted()
+
+
+_BUILD_ERROR = "Error building extension"
+
+
+def _streamed_build(log_path: Path, original: Any, name: str, cpp_sources: Any, cuda_sources: Any,
+                    kwargs: dict[str, Any]) -> Any:
+    """load_inline with ninja's output streamed into `log_path` as it comes rather than held in a pipe
+    until the build ends: torch's verbose mode hands ninja our stdout (fd 1), which points at the log
+    for the build's duration. torch then raises its build error without the output, so the error gets
+    the output back in the form the quiet mode gives ("Error building extension 'x': <ninja's output>")."""
+    sys.stdout.flush()
+    with open(log_path, "ab", buffering=0) as log:
+        start = log.tell()
+        saved = os.dup(1)
+        os.dup2(log.fileno(), 1)
+        try:
+            return original(name, cpp_sources, cuda_sources, **kwargs, verbose=True)
+        except RuntimeError as exc:
+            if not str(exc).startswith(_BUILD_ERROR) or ":" in str(exc):
+                raise
+            with open(log_path, "rb") as fh:
+                fh.seek(start)
+                output = fh.read().decode("utf-8", "replace")
+            raise RuntimeError(f"{exc}: {output}" if output.strip() else str(exc)) from exc
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 # ------------------------------------------------------------------ inputs

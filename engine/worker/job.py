@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from cudaforge.engine.results import (
@@ -27,6 +28,11 @@ from cudaforge.engine.results import (
 )
 
 Mode = Literal["evaluate", "profile"]
+
+
+def build_log_beside(progress_path: str) -> str:
+    """The build log's path for a worker whose progress file is `progress_path` (one rule for both sides)."""
+    return str(Path(progress_path).with_name("build.log"))
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,12 @@ class EvalJob:
     gpu_lock_path: str | None = None  # the per-GPU lock that GPU work holds (CUDA only)
     gpu_memory_gb: float | None = None  # [run] gpu_memory_gb: the device-memory cap
     profile_repeats: int = 1  # profile mode: forward calls inside the profiled range
+
+    @property
+    def build_log_path(self) -> str:
+        """Where the worker streams its build's output as it comes (beside the progress file): the app
+        tails it while the build runs, since a build can take minutes and prints nothing else."""
+        return build_log_beside(self.progress_path)
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)

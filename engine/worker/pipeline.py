@@ -182,6 +182,9 @@ def build_candidate(job: EvalJob, recorder: BuildRecorder, task: Any, init: list
     cached = (recorder.builds > 0 and recorder.cached) or (nvrtc_hits.get("compiled", 0) == 0 and nvrtc_hits.get("hits", 0) > 0)
     info = {"seconds": round(build_seconds, 4), "cached": cached, "builds": recorder.builds,
             "extension_seconds": round(recorder.seconds, 4), "nvrtc": dict(nvrtc_hits)}
+    built = _build_output(job)
+    if built:
+        info["log"] = built  # the steps of a build that worked (its warnings too) for the Compiler pane
     return model_new, info
 
 
@@ -194,6 +197,14 @@ def _compile_failure(log: str, job: EvalJob, start: float) -> CandidateFailure:
         source = ""
     return CandidateFailure("compile_error", "compile error: " + (headline(log, source) or "(no log)"), log=log,
                             tb=traceback.format_exc(), build_seconds=round(time.perf_counter() - start, 4))
+
+
+def _build_output(job: EvalJob, limit: int = 20000) -> str:
+    """What the build streamed into its log (the last `limit` characters)."""
+    try:
+        return Path(job.build_log_path).read_text(encoding="utf-8", errors="replace")[-limit:]
+    except OSError:
+        return ""
 
 
 def copy_parameters(model: Any, model_new: Any) -> list[str]:
@@ -658,7 +669,8 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
     mem = result.setdefault("memory", {})
     mem["note"] = memory.apply_cap(job, device)
     memory.reset_peak()
-    recorder = BuildRecorder(Path(job.cache_dir) / "extensions" if job.cache_dir else None)
+    recorder = BuildRecorder(Path(job.cache_dir) / "extensions" if job.cache_dir else None,
+                             Path(job.build_log_path))
     recorder.install()
     identity = evidence.harness_identity()
     capture_clocks()
@@ -731,7 +743,8 @@ def profile_run(job: EvalJob, result: dict[str, Any]) -> None:
     import torch
 
     device = _device(job)  # its CUDA context made as a reader of the GPU lock
-    recorder = BuildRecorder(Path(job.cache_dir) / "extensions" if job.cache_dir else None)
+    recorder = BuildRecorder(Path(job.cache_dir) / "extensions" if job.cache_dir else None,
+                             Path(job.build_log_path))
     recorder.install()
     task, init, model = load_task(job, device)
     model_new, _ = build_candidate(job, recorder, task, init, device)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
+from cudaforge.tui.format import judge_mode_label
 from cudaforge.tui.model import RoundView, RunModel
+from cudaforge.tui.widgets.editor import DocumentTextArea, KeptDrafts
 from cudaforge.tui.widgets.static import set_text
 from rich.text import Text
 from textual.app import ComposeResult
@@ -22,11 +24,12 @@ class JudgePane(Vertical):
         self.editing = False
         self._rendered: str | None = None
         self._loaded = False  # show() has loaded a round (or none) at least once
+        self.kept = KeptDrafts()
 
     def compose(self) -> ComposeResult:
         yield Static("", id="judge-header", classes="pane-header")
         yield Markdown("", id="judge-markdown")
-        yield TextArea("", language="markdown", id="judge-editor", soft_wrap=True)
+        yield DocumentTextArea("", language="markdown", id="judge-editor", soft_wrap=True)
 
     def on_mount(self) -> None:
         self.editor.display = False
@@ -53,7 +56,7 @@ class JudgePane(Vertical):
             header.append(f"round {view.round}: no recommendation" + (" (seed rounds start without one)"
                                                                       if view.parent is None else ""), style="dim")
         else:
-            header.append(f"round {view.round} · Judge on round {view.subject_round} · {view.judge_mode} · "
+            header.append(f"round {view.round} · Judge on round {view.subject_round} · {judge_mode_label(view.judge_mode)} · "
                           f"{view.judge_source}", style="bold")
         pending = model.pending
         if pending is not None and pending.round == view.round and pending.point == "recommendation":
@@ -66,11 +69,20 @@ class JudgePane(Vertical):
             # an edit in progress is kept; otherwise nothing is new (the panes are redrawn on every
             # engine event) and reloading the editor would cost a layout of the screen
             return
+        if self._loaded:
+            self.kept.leave(self.round, self.shown_text, self.editor.text)
         self._loaded = True
         self.round = round
         self.shown_text = text or ""
-        self.editor.load_text(self.shown_text)
+        restored = self.kept.restore(round, self.shown_text)
+        self.editor.load_text(restored if restored is not None else self.shown_text)
         self.stop_editing()
+
+    def typed_for(self, round: int) -> str | None:
+        """What the person typed for `round` (shown now or kept while they look elsewhere); None if nothing."""
+        if round == self.round:
+            return self.editor.text if self.changed else None
+        return self.kept.typed(round)
 
     def start_editing(self, text: str | None = None) -> None:
         if text is not None:

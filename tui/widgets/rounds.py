@@ -20,6 +20,7 @@ class RoundsPane(Tree[int]):
         super().__init__("run", **kwargs)  # type: ignore[arg-type]
         self.show_root = False
         self.guide_depth = 2
+        self.auto_expand = False  # Enter opens a round; it never folds a branch away
         self._round_nodes: dict[int, TreeNode[int]] = {}
         self._round_shown: int | None = None
         self._structure: tuple[tuple[int, int | None], ...] | None = None  # (round, parent) of what is shown

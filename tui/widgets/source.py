@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from cudaforge.tui.format import failing_source_line, unified_diff
 from cudaforge.tui.model import RoundView, RunModel
+from cudaforge.tui.widgets.editor import DocumentTextArea, KeptDrafts
 from cudaforge.tui.widgets.static import set_text
 from rich.text import Text
 from textual import events
@@ -15,7 +16,7 @@ from textual.widgets import Static, TextArea
 DIFF_MODES = ("off", "previous", "best")
 
 
-class SourceEditor(TextArea):
+class SourceEditor(DocumentTextArea):
     """Textual's TextArea, except that it keeps its rendered lines where nothing they show changed: a
     Resize that leaves its wrap width as it was, and a style update that leaves its line styles.
     Textual sends Resize to every widget a layout shows again, so each switch to the Source pane
@@ -60,6 +61,7 @@ class SourcePane(Vertical):
         self.round: int | None = None
         self.editing = False
         self.diff_mode = "off"
+        self.kept = KeptDrafts()
 
     def compose(self) -> ComposeResult:
         yield Static("", id="source-header", classes="pane-header")
@@ -121,10 +123,18 @@ class SourcePane(Vertical):
             return
         if same:
             return  # nothing new: keep the cursor, the selection and any edit
+        self.kept.leave(self.round, self.shown_text, self.editor.text)
         self.round = round
         self.shown_text = source or ""
-        self.editor.load_text(self.shown_text)
+        restored = self.kept.restore(round, self.shown_text)
+        self.editor.load_text(restored if restored is not None else self.shown_text)
         self.stop_editing()
+
+    def typed_for(self, round: int) -> str | None:
+        """What the person typed for `round` (shown now or kept while they look elsewhere); None if nothing."""
+        if round == self.round:
+            return self.editor.text if self.changed else None
+        return self.kept.typed(round)
 
     def start_editing(self, text: str | None = None) -> None:
         self.set_diff("off", None, None, "")

@@ -33,7 +33,7 @@ def render_status(model: RunModel, now: float, system_stats: bool) -> Text:
     text = Text()
     if model.read_only:
         text.append(" read-only ", style="bold black on yellow")
-        text.append(" ")
+        text.append(f" {model.run_status} " if model.run_status else " ")
     elif model.stopped is not None:
         text.append(" stopped ", style="bold black on grey70")
         text.append(f" {model.stopped.reason} ")
