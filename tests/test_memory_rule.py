@@ -1,0 +1,42 @@
+"""The memory rule on the CPU device (engine/worker/memory.py): an evaluation's peak stays within 1.25 x
+the reference's own peak, measured by the worker's CPU accounting (memory.CpuAccounting, every tensor
+an aten op returns, counted until its last tensor dies), with the copies that wait on the host (pinned
+memory on a GPU) counted apart."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
+from cudaforge.engine.worker import memory
+
+TASKS = Path(__file__).parent / "tasks"
+MIB = 1 << 20
+
+
+def test_wide_output_evaluation_peaks_within_the_rule(cpu_options: EvalOptions,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 256 KiB input, a 64 MiB output: before, the trials held the reference's output, its clone and the
+    candidate's at once (about 2 x the reference's peak); now one output is on the device at a time."""
+    from cudaforge.engine.candidate import Candidate
+    from cudaforge.engine.task import load_task
+
+    monkeypatch.setenv(memory.ACCOUNTING_ENV, "1")
+    task = TASKS / "wide_output" / "task.py"
+    cand = Candidate(source=task.read_text().replace("class Model(", "class ModelNew("), format="python")
+    result = asyncio.run(Evaluator(cpu_options).evaluate(load_task(task), cand))
+    assert result.correctness is not None and result.correctness.passed, result.message
+    assert result.timing is not None, result.message
+    m = result.memory
+    assert m is not None and m.reference_peak_bytes is not None and m.eval_peak_bytes is not None, m
+    output = 64 * 1024 * 256 * 4
+    assert output <= m.reference_peak_bytes <= output + 2 * MIB, m  # the reference's output and input
+    # The rule with the slice temporaries (memory.SLICE_TEMP_BYTES) in place of its 1 GiB of slack.
+    bound = memory.FACTOR * m.reference_peak_bytes + memory.SLICE_TEMP_BYTES
+    assert m.eval_peak_bytes <= bound, (m.eval_peak_bytes / MIB, m.reference_peak_bytes / MIB)
+    # The fit estimate bounds the measured peak; the host held the reference's outputs and input snapshots.
+    assert m.footprint_bytes is not None and memory.tight_bytes(m.footprint_bytes) >= m.eval_peak_bytes
+    assert m.needed_bytes is not None and m.needed_bytes >= m.eval_peak_bytes
+    assert m.host_peak_bytes is not None and output <= m.host_peak_bytes <= m.host_needed_bytes + 2 * MIB, m
