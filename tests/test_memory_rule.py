@@ -40,3 +40,15 @@ def test_wide_output_evaluation_peaks_within_the_rule(cpu_options: EvalOptions,
     assert m.footprint_bytes is not None and memory.tight_bytes(m.footprint_bytes) >= m.eval_peak_bytes
     assert m.needed_bytes is not None and m.needed_bytes >= m.eval_peak_bytes
     assert m.host_peak_bytes is not None and output <= m.host_peak_bytes <= m.host_needed_bytes + 2 * MIB, m
+
+
+def test_estimate_under_a_cap_and_the_host_message() -> None:
+    gib = memory.GIB
+    # Room to spare: 1.25 x footprint + 1 GiB; under a cap that leaves no such room, the tight figure.
+    assert memory.estimate_bytes(8 * gib, None) == 11 * gib
+    assert memory.estimate_bytes(8 * gib, 24 * gib) == 11 * gib
+    assert memory.estimate_bytes(20 * gib, 24 * gib) == memory.tight_bytes(20 * gib) < 24 * gib
+    assert memory.host_needed_bytes(2 * gib, 3 * gib) == 8 * gib
+    assert memory.host_message("level1/45_x", 8 * gib, 5 * gib) == (
+        "level1/45_x needs about 8.0 GiB of host memory to evaluate (its inputs and outputs, kept on the host); "
+        "the host has 5.0 GiB available")

@@ -273,6 +273,13 @@ def needed_bytes(footprint: int) -> int:
     return int(FACTOR * footprint) + SLACK_BYTES
 
 
+def estimate_bytes(footprint: int, cap: int | None) -> int:
+    """The evaluation's expected peak: needed_bytes, or under a cap it does not leave room for, the tight
+    figure (the reference's outputs and input snapshots on the host, the slices beside the footprint)."""
+    need = needed_bytes(footprint)
+    return need if cap is None or need <= cap else tight_bytes(footprint)
+
+
 def tight_bytes(footprint: int) -> int:
     """The least an evaluation needs under a cap, which holds the CUDA context too: the footprint +
     TIGHT_SLACK_BYTES + a context's usual size."""
@@ -573,7 +580,8 @@ def check_task(job: EvalJob, task: Any, init: list[Any], device: Any, float_dtyp
         from cudaforge.engine.gpu.lock import cudaforge_gpu_bytes
 
         free += cudaforge_gpu_bytes(job.gpu)
-    mem.update(free_bytes=free, total_bytes=total, cap_bytes=cap, fits=fits(fp["footprint_bytes"], free, cap))
+    mem.update(free_bytes=free, total_bytes=total, cap_bytes=cap, fits=fits(fp["footprint_bytes"], free, cap),
+               needed_bytes=estimate_bytes(fp["footprint_bytes"], cap))
     if not mem["fits"]:
         mem["message"] = fit_message(task_name(job.task_path), fp["footprint_bytes"], free, cap)
         raise CandidateFailure("oom", mem["message"])
