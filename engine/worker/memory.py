@@ -453,6 +453,16 @@ def peak() -> int | None:
     return None
 
 
+LARGE_BYTES = 256 << 20  # a step whose tensors are this large gives its memory back before the next
+
+
+def release_if_large() -> None:
+    """release() where the reference moves LARGE_BYTES or more: for small tasks the collector's pass and
+    the device sync cost more than the memory they return (part of a small round's fixed cost)."""
+    if REFERENCE_IO.get("input_bytes", 0) + REFERENCE_IO.get("output_bytes", 0) >= LARGE_BYTES or not REFERENCE_IO:
+        release()
+
+
 def release() -> None:
     """Give cached device memory back to the driver: called between steps that hold large tensors and
     before the worker lets the GPU lock go (the next evaluation must find the card free)."""
@@ -476,10 +486,13 @@ def held_bytes() -> int:
 # ------------------------------------------------------------------ host copies
 
 
-def host_copy(values: list[Any]) -> list[Any]:
+def host_copy(values: list[Any], wait: bool = True) -> list[Any]:
     """Host copies of the tensors among `values` (others as they are): pinned on CUDA, so a compare or a
     restore moves them back slice by slice at full bandwidth; plain clones on the CPU device. What the
-    device then holds is one set of inputs and one of outputs; the copies wait on the host."""
+    device then holds is one set of inputs and one of outputs; the copies wait on the host.
+
+    `wait=False` leaves the copies queued on the current stream (the caller synchronizes before it reads
+    them; whatever the stream does next to the originals runs after the copies)."""
     import torch
 
     out: list[Any] = []
@@ -500,7 +513,7 @@ def host_copy(values: list[Any]) -> list[Any]:
             h = torch.empty_like(v, device="cpu")
         h.copy_(v, non_blocking=True)
         out.append(h)
-    if cuda:
+    if cuda and wait:
         torch.cuda.synchronize()
     return out
 

@@ -264,7 +264,7 @@ def correctness(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any
                 worst[c.index] = c
         del got, expected, checks, trial
         with sub_phase("release"):
-            memory.release()
+            memory.release_if_large()
     findings.extend(evidence.correctness_findings(mutated, aliased, subclass_types))
     weak = fixed.finding(trials)
     if weak is not None:
@@ -449,7 +449,8 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
         candidate_calls, model, device, atol=atol, rtol=rtol, compare=compare_output,
         protected=_storage_ptrs([*draws[0], *draws[1], *model.parameters(), *model.buffers()]),
         sync=REAL_CLOCKS["synchronize"] if device.type == "cuda" else (lambda: None),
-        numerics=(set_reference_numerics, lambda: set_default_numerics(default_numerics)), to_host=memory.host_copy,
+        numerics=(set_reference_numerics, lambda: set_default_numerics(default_numerics)),
+        to_host=lambda values: memory.host_copy(values, wait=False),  # after() synchronizes before it compares
         reference_mutates=REFERENCE_SEEN["mutates"])
     compiled_note = None
     if "compile" in t.get("baselines", []):
