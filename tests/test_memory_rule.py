@@ -52,3 +52,30 @@ def test_estimate_under_a_cap_and_the_host_message() -> None:
     assert memory.host_message("level1/45_x", 8 * gib, 5 * gib) == (
         "level1/45_x needs about 8.0 GiB of host memory to evaluate (its inputs and outputs, kept on the host); "
         "the host has 5.0 GiB available")
+
+
+def test_fused_compare_keeps_its_verdicts() -> None:
+    """compare_output in one pass per slice (statistics on the device, one host sync per output): the
+    same mismatches, worst elements and non-finite rules as before, over several slices."""
+    import torch
+    from cudaforge.engine.worker.compare import compare_output
+
+    e = torch.randn(3000, 1000)  # about three slices of observe.CHUNK_ELEMENTS
+    g = e.clone()
+    assert compare_output(0, e, g, 1e-4, 1e-4).passed
+    g.view(-1)[2_500_005] += 1.0
+    c = compare_output(0, e, g, 1e-4, 1e-4)
+    assert not c.passed and c.mismatches == 1 and c.worst[0].index == (2500, 5) and abs(c.max_abs_err - 1.0) < 1e-5
+    nan_e = e.clone()
+    nan_e.view(-1)[7] = float("nan")
+    assert compare_output(0, nan_e, nan_e.clone(), 1e-4, 1e-4).passed  # the very same NaN passes
+    nan_g = nan_e.clone()
+    nan_g.view(-1)[7] = 1.0
+    c = compare_output(0, nan_e, nan_g, 1e-4, 1e-4)
+    assert not c.passed and c.mismatches == 1 and c.max_abs_err == float("inf")
+    inf_g = e.clone()
+    inf_g.view(-1)[9] = float("inf")
+    c = compare_output(0, e, inf_g, 1e-4, 1e-4)
+    assert not c.passed and c.nonfinite_got == 1 and c.max_rel_err == float("inf")
+    ints = torch.arange(10)
+    assert compare_output(0, ints, ints.clone(), 0, 0).passed and compare_output(0, ints, ints + 1, 0, 0).mismatches == 10
