@@ -4,8 +4,12 @@ Each problem's `Model`, renamed `ModelNew`, is the candidate. The expected verdi
 accepted for `no_custom_kernel` (PyTorch did the work). Runs through the Evaluator with pre-warmed
 spares and `--jobs` evaluations in flight (their builds overlap; the GPU work is serialized by the
 per-GPU lock). Writes one row per problem as it finishes (stdout and `--rows`, flushed), then a table
-per level: counts, the memory bound (evaluation peak - 1 GiB <= 3 x the reference's own peak) and
-evaluations per minute.
+per level: counts, the memory bound (evaluation peak - 1 GiB <= 1.25 x the reference's own peak,
+engine/worker/memory.py), problems whose estimate fell below the measured peak, and evaluations per
+minute. Each row has the estimate beside the peak, and the exclusive seconds (timed windows: the
+`timing` phase, ncu's `profile`) beside the shared ones (every other phase the worker records, waits
+and sub-phases left out). `--jobs` defaults to what the card's memory admits: the most evaluations
+(at most MAX_JOBS) whose largest estimates fit the card's free memory together.
 
     python bench/kernelbench_sweep.py --levels 1 --jobs 4 --json out/level1.json
     python bench/kernelbench_sweep.py --levels 1 --gpu-memory-gb 24
@@ -23,6 +27,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from cudaforge.engine.worker.memory import FACTOR
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_FOLDER = REPO.parent / "shared" / "kernelbench"
@@ -63,6 +69,17 @@ def expected_verdict(result: Any) -> bool:
 # The worker's phases (engine/worker/pipeline.py): the checks before timing, and all it does under the GPU lock.
 CHECK_PHASES = ("place", "reference", "correctness", "kernels", "fallback", "cache_probes", "shapes")
 GPU_PHASES = (*CHECK_PHASES, "timing")
+EXCLUSIVE_PHASES = ("timing", "profile")  # the phases that hold the GPU alone (a timed window, an ncu replay)
+MAX_JOBS = 8
+
+
+def exclusive_and_shared(phases: dict[str, float]) -> tuple[float, float]:
+    """Seconds in the exclusive phases, and in the rest: waits (`*_wait`) and sub-phases (`phase.part`,
+    already inside their phase) count in neither."""
+    exclusive = sum(v for k, v in phases.items() if k in EXCLUSIVE_PHASES)
+    shared = sum(v for k, v in phases.items()
+                 if k not in EXCLUSIVE_PHASES and "." not in k and not k.endswith("_wait"))
+    return round(exclusive, 3), round(shared, 3)
 
 
 def row_of(path: Path, result: Any, wall_s: float) -> dict[str, Any]:
@@ -71,8 +88,10 @@ def row_of(path: Path, result: Any, wall_s: float) -> dict[str, Any]:
     peak = m.eval_peak_bytes if m else None
     bound_ok = None
     if ref and peak is not None:
-        bound_ok = peak - GIB <= 3 * ref
+        bound_ok = peak - GIB <= FACTOR * ref
+    estimate = m.needed_bytes if m else None
     phases = result.phases or {}
+    exclusive_s, shared_s = exclusive_and_shared(phases)
     return {
         "problem": name_of(path), "level": path.parent.name, "outcome": result.outcome,
         "correct": bool(result.correctness is not None and result.correctness.passed),
@@ -80,6 +99,9 @@ def row_of(path: Path, result: Any, wall_s: float) -> dict[str, Any]:
         "does_not_fit": bool(m is not None and m.fits is False),
         "reference_peak_gib": round(ref / GIB, 3) if ref else None,
         "eval_peak_gib": round(peak / GIB, 3) if peak is not None else None,
+        "estimate_gib": round(estimate / GIB, 3) if estimate else None,
+        "estimate_ok": None if not estimate or peak is None else estimate >= peak,
+        "process_peak_gib": round(m.process_peak_bytes / GIB, 3) if m and m.process_peak_bytes else None,
         "ratio": m.ratio if m else None, "bound_ok": bound_ok,
         "footprint_gib": round(m.footprint_bytes / GIB, 3) if m and m.footprint_bytes is not None else None,
         "load_s": round(sum(phases.get(k, 0.0) for k in ("start", "load_task", "build", "init")), 3),
@@ -99,9 +121,10 @@ def failed_row(path: Path, message: str, wall_s: float) -> dict[str, Any]:
     """A problem the sweep could not even submit (the app-side task check refused it)."""
     return {"problem": name_of(path), "level": path.parent.name, "outcome": "task_error", "correct": False,
             "expected": False, "does_not_fit": False, "reference_peak_gib": None, "eval_peak_gib": None,
+            "estimate_gib": None, "estimate_ok": None, "process_peak_gib": None,
             "ratio": None, "bound_ok": None, "footprint_gib": None, "load_s": 0.0, "gpu_wait_s": 0.0,
-            "correctness_s": 0.0, "timing_s": 0.0, "gpu_s": 0.0, "exclusive_s": 0.0, "shared_s": 0.0, "wall_s": round(wall_s, 3), "message": message[:300],
-            "phases": {}}
+            "correctness_s": 0.0, "timing_s": 0.0, "gpu_s": 0.0, "exclusive_s": 0.0, "shared_s": 0.0,
+            "wall_s": round(wall_s, 3), "message": message[:300], "phases": {}}
 
 
 def format_row(r: dict[str, Any]) -> str:
@@ -110,7 +133,9 @@ def format_row(r: dict[str, Any]) -> str:
 
     verdict = "ok  " if r["expected"] else ("SKIP" if r["does_not_fit"] else "MISS")
     return (f"{verdict} {r['problem'][:44]:44s} {r['outcome']:17s} correct={'y' if r['correct'] else 'n'} "
-            f"ref {g(r['reference_peak_gib']):>6s} GiB  peak {g(r['eval_peak_gib']):>6s} GiB  ratio {g(r['ratio']):>5s}"
+            f"ref {g(r['reference_peak_gib']):>6s} GiB  peak {g(r['eval_peak_gib']):>6s} GiB"
+            f"{'' if r['estimate_ok'] is not False else ' !'} est {g(r['estimate_gib']):>6s} GiB"
+            f"  ratio {g(r['ratio']):>5s}"
             f"  load {r['load_s']:.1f}s checks {r['correctness_s']:.1f}s time {r['timing_s']:.1f}s gpu {r['gpu_s']:.1f}s"
             f" alone {r.get('exclusive_s', 0.0):.1f}s shared {r.get('shared_s', 0.0):.1f}s"
             f" wall {r['wall_s']:.1f}s"
@@ -122,7 +147,8 @@ def summarize(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     for r in rows:
         lv = levels.setdefault(r["level"], {"problems": 0, "correct": 0, "expected": 0, "does_not_fit": 0, "oom": 0,
                                             "unavailable": 0, "task_error": 0, "bound_violations": 0,
-                                            "max_ratio": 0.0})
+                                            "estimate_below_peak": 0, "max_ratio": 0.0,
+                                            "exclusive_s": 0.0, "shared_s": 0.0})
         lv["problems"] += 1
         lv["correct"] += r["correct"]
         lv["expected"] += r["expected"]
@@ -131,6 +157,9 @@ def summarize(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
         lv["unavailable"] += r["outcome"] == "unavailable"
         lv["task_error"] += r["outcome"] == "task_error"
         lv["bound_violations"] += r["bound_ok"] is False
+        lv["estimate_below_peak"] += r.get("estimate_ok") is False
+        lv["exclusive_s"] = round(lv["exclusive_s"] + r.get("exclusive_s", 0.0), 3)
+        lv["shared_s"] = round(lv["shared_s"] + r.get("shared_s", 0.0), 3)
         if r["ratio"] is not None:
             lv["max_ratio"] = max(lv["max_ratio"], r["ratio"])
     phase_totals: dict[str, float] = {}
@@ -143,11 +172,13 @@ def summarize(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
 
 def format_summary(summary: dict[str, Any]) -> str:
     lines = [f"{'level':8s} {'problems':>8s} {'correct':>8s} {'expected':>8s} {'no-fit':>7s} {'oom':>4s} "
-             f"{'unavail':>7s} {'task_err':>8s} {'bound>3x':>8s} {'max ratio':>9s}"]
+             f"{'unavail':>7s} {'task_err':>8s} {f'bound>{FACTOR:g}x':>9s} {'est<peak':>8s} {'max ratio':>9s} "
+             f"{'excl s':>8s} {'shared s':>8s}"]
     for name, lv in sorted(summary["levels"].items()):
         lines.append(f"{name:8s} {lv['problems']:8d} {lv['correct']:8d} {lv['expected']:8d} {lv['does_not_fit']:7d} "
-                     f"{lv['oom']:4d} {lv['unavailable']:7d} {lv['task_error']:8d} {lv['bound_violations']:8d} "
-                     f"{lv['max_ratio']:9.2f}")
+                     f"{lv['oom']:4d} {lv['unavailable']:7d} {lv['task_error']:8d} {lv['bound_violations']:9d} "
+                     f"{lv['estimate_below_peak']:8d} {lv['max_ratio']:9.2f} {lv['exclusive_s']:8.1f} "
+                     f"{lv['shared_s']:8.1f}")
     lines.append(f"{summary['problems']} problems in {summary['wall_s']:.1f} s wall: "
                  f"{summary['evaluations_per_minute']} evaluations/minute")
     totals = sorted((summary.get("phase_totals") or {}).items(), key=lambda kv: -kv[1])
@@ -202,6 +233,39 @@ async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | No
     return rows
 
 
+async def default_jobs(paths: list[Path], options: Any) -> int:
+    """What the card's memory admits: the most evaluations (at most MAX_JOBS) whose largest estimates
+    (memory.estimate_bytes of each problem's meta footprint, under the cap) fit its free memory together.
+    The CPU device, or a card nvidia-smi cannot read: MAX_JOBS // 2."""
+    import os
+
+    from cudaforge.engine.evaluation.fit import card_free_bytes, task_footprint
+    from cudaforge.engine.worker.memory import estimate_bytes
+
+    free = card_free_bytes(options.gpu) if options.device == "cuda" else None
+    if free is None:
+        return MAX_JOBS // 2
+    cap = int(options.gpu_memory_gb * GIB) if options.gpu_memory_gb else None
+    gate = asyncio.Semaphore(os.cpu_count() or 4)
+
+    async def estimate(path: Path) -> int:
+        async with gate:
+            fp = await task_footprint(path, python=options.python, precision=options.precision)
+        footprint = int(fp.get("footprint_bytes", 0))
+        need = estimate_bytes(footprint, cap)
+        return min(need, cap) if cap else need
+
+    needs = sorted(await asyncio.gather(*(estimate(p) for p in paths)), reverse=True)
+    jobs, total = 0, 0
+    for need in needs[:MAX_JOBS]:
+        if total + need > free:
+            break
+        jobs, total = jobs + 1, total + need
+    print(f"--jobs {max(1, jobs)}: the {max(1, jobs)} largest estimates take {total / GIB:.1f} GiB of "
+          f"{free / GIB:.1f} GiB free", file=sys.stderr, flush=True)
+    return max(1, jobs)
+
+
 def make_options(device: str, gpu: int, gpu_memory_gb: float | None, trials: int, cache_dir: Path | None) -> Any:
     from cudaforge.engine.evaluation.evaluator import EvalOptions
 
@@ -229,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--gpu", type=int, default=0)
     ap.add_argument("--gpu-memory-gb", type=float, help="cap each worker's device memory (emulate a smaller card)")
-    ap.add_argument("--jobs", type=int, default=4, help="evaluations in flight (builds overlap; GPU work is locked)")
+    ap.add_argument("--jobs", type=int, help="evaluations in flight (default: what the card's memory admits, at "
+                    f"most {MAX_JOBS}; builds overlap)")
     ap.add_argument("--trials", type=int, default=3, help="correctness trials per problem (+ the shifted one)")
     ap.add_argument("--shard", default="1/1", metavar="K/N", help="only every N-th problem, starting at the K-th")
     ap.add_argument("--json", help="write rows and summary as one JSON document here")
@@ -247,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     paths = paths[k - 1::n]
     options = make_options(args.device, args.gpu, args.gpu_memory_gb, args.trials,
                            Path(args.cache_dir) if args.cache_dir else None)
+    if args.jobs is None:
+        args.jobs = asyncio.run(default_jobs(paths, options))
     print(f"sweeping {len(paths)} problems on {args.device}, {args.jobs} in flight"
           + (f", cap {args.gpu_memory_gb:g} GiB" if args.gpu_memory_gb else ""), file=sys.stderr, flush=True)
     start = time.perf_counter()

@@ -7,6 +7,7 @@ import re
 
 from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult, Memory, Timing, TimingStats
 from cudaforge.engine.speed_of_light import describe
+from cudaforge.engine.worker.memory import FACTOR
 
 TICK, CROSS = "PASS", "FAIL"
 
@@ -151,7 +152,7 @@ def format_memory(m: Memory) -> str:
     if m.eval_peak_bytes is not None:
         parts.append(f"evaluation peak {_gib(m.eval_peak_bytes)}")
     if m.ratio is not None:
-        parts.append(f"(peak - 1 GiB) / reference {m.ratio:.2f}x (bound 3x)")
+        parts.append(f"(peak - 1 GiB) / reference {m.ratio:.2f}x (bound {FACTOR:g}x)")
     if m.total_bytes is not None:
         parts.append(f"card {_gib(m.total_bytes)}")
     if m.cap_bytes:

@@ -168,7 +168,7 @@ class WorkerExit:
 class Memory:
     """Device memory of one evaluation (bytes, from PyTorch's allocator; None off CUDA).
 
-    The design's bound: (eval_peak_bytes - 1 GiB) <= 3 x reference_peak_bytes. The footprint (inputs +
+    The design's bound: (eval_peak_bytes - 1 GiB) <= 1.25 x reference_peak_bytes. The footprint (inputs +
     outputs + parameters, counted on the meta device) decides before the build whether the task fits."""
 
     reference_peak_bytes: int | None = None  # one reference call with its inputs, outputs and parameters
@@ -181,12 +181,15 @@ class Memory:
     input_bytes: int | None = None
     output_bytes: int | None = None
     param_bytes: int | None = None
-    needed_bytes: int | None = None  # 3 x footprint + 1 GiB
+    needed_bytes: int | None = None  # 1.25 x footprint + 1 GiB (worker/memory.py needed_bytes)
     fits: bool | None = None
     reason: str = ""  # why the footprint is incomplete (a task that cannot run on the meta device)
     message: str = ""  # the "does not fit" line
     note: str = ""  # e.g. the cap ignored on the CPU device
     reference_call_s: float | None = None  # the measured reference call's wall time
+    process_peak_bytes: int | None = None  # CUDA: the process's device memory as NVML counts it (context included)
+    host_needed_bytes: int | None = None  # host memory for the pinned copies (inputs + 2 x outputs)
+    host_peak_bytes: int | None = None  # CPU device with accounting: the bytes the host copies held at most
 
 
 @dataclass(frozen=True)

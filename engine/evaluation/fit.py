@@ -2,8 +2,10 @@
 
 The footprint (inputs + outputs + parameters) is counted on the meta device in a subprocess (the app
 never imports task code or creates a CUDA context); the card's free memory comes from nvidia-smi. A
-task cannot fit when 3 x its footprint + 1 GiB exceeds the free memory or the `[run] gpu_memory_gb`
-cap (engine/worker/memory.py holds the rule; the worker applies it again before every build).
+task cannot fit when 1.25 x its footprint + 1 GiB exceeds the free memory, or under the `[run]
+gpu_memory_gb` cap when even its footprint + the slices and the context do (memory.fits), or when the
+host lacks the memory for the reference's outputs and input snapshots (engine/worker/memory.py holds
+the rules; the worker applies them again before every build).
 """
 
 from __future__ import annotations
@@ -15,7 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudaforge.engine.worker.memory import cap_bytes, fit_message, fits, needed_bytes, task_name
+from cudaforge.engine.worker.memory import (
+    cap_bytes,
+    estimate_bytes,
+    fit_message,
+    fits,
+    host_available_bytes,
+    host_message,
+    host_needed_bytes,
+    task_name,
+)
 
 
 @dataclass(frozen=True)
@@ -71,5 +82,9 @@ async def check_task_fit(task_path: str | Path, options: Any, *, shown_path: str
     limit_free = free if free is not None else cap
     ok = fits(footprint, int(limit_free), cap)  # type: ignore[arg-type]
     message = "" if ok else fit_message(task_name(str(shown_path or task_path)), footprint, int(limit_free), cap)  # type: ignore[arg-type]
-    return FitCheck(fits=ok, footprint_bytes=footprint, needed_bytes=needed_bytes(footprint), free_bytes=free,
+    host_need = host_needed_bytes(int(fp.get("input_bytes", 0)), int(fp.get("output_bytes", 0)))
+    host_free = host_available_bytes()
+    if ok and host_free is not None and host_need > host_free:
+        ok, message = False, host_message(task_name(str(shown_path or task_path)), host_need, host_free)
+    return FitCheck(fits=ok, footprint_bytes=footprint, needed_bytes=estimate_bytes(footprint, cap), free_bytes=free,
                     cap_bytes=cap, message=message)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from cudaforge.engine.integrity.registry import finding
+from cudaforge.engine.observe import CHUNK_ELEMENTS
 from cudaforge.engine.results import Finding, Severity
 
 SPARSE_ROUNDS = 3  # sparse same-memory probes of check_cache_reuse, each with its own random mask
@@ -27,7 +28,7 @@ def _flat(out: Any) -> list[Any]:
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
-_SLICE = 1 << 23  # elements per slice of a whole-tensor check (no full-size temporaries)
+_SLICE = CHUNK_ELEMENTS  # elements per slice of a whole-tensor check (no full-size temporaries)
 
 
 def _mix_in_place(m: Any, v: Any, gen: Any, fraction: float) -> None:
@@ -62,10 +63,11 @@ def _match(expected: list[Any], got: list[Any], atol: float, rtol: float) -> boo
             continue
         if not isinstance(g, torch.Tensor) or g.shape != e.shape or g.dtype != e.dtype:
             return False
-        g = g.to(e.device)
+        where = e.device if e.device.type != "cpu" else g.device  # a host copy comes over slice by slice
         ef, gf = e.detach().reshape(-1), g.detach().reshape(-1)
         for start in range(0, ef.numel(), _SLICE):
-            es, gs = ef[start:start + _SLICE], gf[start:start + _SLICE]
+            es = ef[start:start + _SLICE].to(where, non_blocking=True)
+            gs = gf[start:start + _SLICE].to(where, non_blocking=True)
             if e.is_floating_point() or e.is_complex():
                 work = torch.float64 if e.dtype == torch.float64 else torch.float32
                 if not bool(torch.isclose(gs.to(work), es.to(work), rtol=rtol, atol=atol, equal_nan=True).all()):
@@ -92,14 +94,34 @@ def _finite_range(t: Any) -> tuple[float, float, int]:
     return lo, hi, count
 
 
-def check_constant_output(expected: list[Any], got: list[Any]) -> Finding | None:
+def _constant_values(got: list[Any]) -> list[float | None]:
+    """Per output: its one repeated value when a float tensor of 2+ elements holds only that, else None
+    (read where the output lives, before it moves to the host)."""
+    import torch
+
+    values: list[float | None] = []
+    for g in got:
+        if not isinstance(g, torch.Tensor) or g.numel() < 2 or not g.is_floating_point():
+            values.append(None)
+            continue
+        gf = g.detach().reshape(-1)
+        same = all(bool((gf[i:i + _SLICE] == gf[0]).all()) for i in range(0, gf.numel(), _SLICE))
+        values.append(float(gf[0]) if same else None)
+    return values
+
+
+def check_constant_output(expected: list[Any], got: list[Any],
+                          got_constant: list[float | None] | None = None) -> Finding | None:
     """`constant_output` when a float output is one repeated value while the reference's varies.
 
     An honest kernel computing a varying function gives varying values; a zero or constant tensor
-    passes only tasks whose outputs are below the tolerance (see `weak_task_check`).
+    passes only tasks whose outputs are below the tolerance (see `weak_task_check`). `got_constant`
+    is _constant_values(got), when it was read before `got` moved elsewhere.
     """
     import torch
 
+    if got_constant is None:
+        got_constant = _constant_values(got)
     hits = []
     for k, (e, g) in enumerate(zip(expected, got, strict=False)):
         if not (isinstance(e, torch.Tensor) and isinstance(g, torch.Tensor)) or e.numel() < 2 or g.numel() < 2:
@@ -113,9 +135,9 @@ def check_constant_output(expected: list[Any], got: list[Any]) -> Finding | None
         # A spread that is only denormal noise could flush to zero in an honest kernel.
         if spread <= 1e-30:
             continue
-        gf = g.detach().reshape(-1)
-        if all(bool((gf[i:i + _SLICE] == gf[0]).all()) for i in range(0, gf.numel(), _SLICE)):
-            hits.append({"output": k, "value": float(gf[0]), "reference_spread": spread})
+        value = got_constant[k] if k < len(got_constant) else None
+        if value is not None:
+            hits.append({"output": k, "value": value, "reference_spread": spread})
     if not hits:
         return None
     return finding("constant_output", "output(s) " + ", ".join(str(h["output"]) for h in hits)
@@ -131,6 +153,7 @@ def check_cache_reuse(
     rtol: float,
     seed: int = 20_000,
     sparse_fraction: float = 1 / 16,
+    to_host: Callable[[list[Any]], list[Any]] | None = None,
 ) -> list[Finding]:
     """Probe the candidate for results cached across calls; returns findings (empty when clean).
 
@@ -141,6 +164,8 @@ def check_cache_reuse(
     1. A in fresh memory: the baseline (no finding unless the candidate is wrong here, then none at all).
     2. same_memory: draw B written into A's tensors through `.data` (same pointers, same shapes, version
        counters unchanged), so a cache keyed on data_ptr/id/storage/_version returns A's result.
+       After each candidate call its inputs get the probe's values back the same way, and the reference
+       runs on them (`to_host(values)` makes the host snapshots; default: clones).
     3. same_memory_sparse: A's values with ~1/16 of the floating-point elements replaced from another
        draw, in the same memory: defeats caches that validate a few sampled elements (up to
        SPARSE_ROUNDS times, each with a new mask, while the candidate stays right).
@@ -155,40 +180,65 @@ def check_cache_reuse(
     import torch
     from cudaforge.engine.observe import fingerprint
 
-    def clone(values: list[Any]) -> list[Any]:
-        return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+    def snapshot(values: list[Any]) -> list[Any]:
+        return to_host(values) if to_host is not None else \
+            [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in values]
+
+    def write(dst: list[Any], src: list[Any]) -> None:
+        # Through .data: same memory, version counters untouched (a cache keyed on _version sees no change).
+        with torch.no_grad():
+            for w, v in zip(dst, src, strict=True):
+                if isinstance(w, torch.Tensor):
+                    w.data.copy_(v)
 
     def prints(out: list[Any]) -> list[Any]:
         # The exact content of an output without keeping a copy of it (a candidate may hand back the same
         # buffer on every call, so the tensor itself would change under us).
         return [fingerprint(v) if isinstance(v, torch.Tensor) else v for v in out]
 
-    # Memory (engine/worker/memory.py): at most two input sets and three outputs are alive at once; the
-    # candidate's previous output is kept as a fingerprint, the reference runs on the draw itself.
+    # Memory (engine/worker/memory.py): one input set on the device (two for a moment while the next draw
+    # is written into it), one output at a time: the candidate's output waits on the host (`to_host`)
+    # while the reference runs on the same inputs, written back from their host snapshot; the
+    # reference's previous output waits there too. The candidate's previous output is a fingerprint.
     findings: list[Finding] = []
-    a = make_inputs(seed)
-    work = clone(a)
+    work = make_inputs(seed)
+    saved = snapshot(work)
     first = _flat(run_candidate(work))
-    ref_prev = _flat(run_reference(a))
-    del a
-    if not _match(ref_prev, first, atol, rtol):
-        return findings  # wrong to begin with: the correctness trials are the judge of that
-    constant = check_constant_output(ref_prev, first)
+    constant_got = _constant_values(first)
+    first_host = snapshot(first)
     out_prev = prints(first)
     del first
+    write(work, saved)
+    ref_dev = _flat(run_reference(work))  # compared on the device; the host copies come over in slices
+    if not _match(ref_dev, first_host, atol, rtol):
+        return findings  # wrong to begin with: the correctness trials are the judge of that
+    constant = check_constant_output(ref_dev, first_host, constant_got)
+    ref_prev = snapshot(ref_dev)
+    del first_host, ref_dev
     last_constant: list[Finding | None] = [constant]
 
-    def probe(name: str, values: list[Any], inputs: list[Any], severity_other: Severity) -> bool:
+    def probe(name: str, inputs: list[Any], severity_other: Severity) -> tuple[bool, list[Any]]:
+        """The candidate on `inputs`, then the reference on the same values written back; returns whether
+        the candidate was right and the inputs as the reference left them."""
         nonlocal out_prev, ref_prev
+        values = snapshot(inputs)
         got = _flat(run_candidate(inputs))
         got_print = prints(got)
-        ref = _flat(run_reference(values))
-        ok = _match(ref, got, atol, rtol)
-        last_constant[0] = check_constant_output(ref, got)
+        got_constant = _constant_values(got)
+        got_host = snapshot(got)
         del got
+        write(inputs, values)
+        del values
+        ref_dev = _flat(run_reference(inputs))
+        ok = _match(ref_dev, got_host, atol, rtol)
+        last_constant[0] = check_constant_output(ref_dev, got_host, got_constant)
+        del got_host
         evidence = {"probe": name, "seed": seed}
+        stale = not ok and got_print == out_prev and not _match(ref_dev, ref_prev, atol, rtol)
+        ref = snapshot(ref_dev)
+        del ref_dev
         if not ok:
-            if got_print == out_prev and not _match(ref, ref_prev, atol, rtol):
+            if stale:
                 findings.append(finding("result_cache",
                                         f"with new input values ({name.replace('_', ' ')}) the candidate returned "
                                         "exactly its previous output: results are cached across calls",
@@ -199,21 +249,18 @@ def check_cache_reuse(
                                         f"({name.replace('_', ' ')}), though earlier calls were correct",
                                         {**evidence, "stale": False}, severity=severity_other))
         out_prev, ref_prev = got_print, ref
-        return ok
+        return ok, inputs
 
+    del saved
     b = make_inputs(seed + 1)
     same_shapes = len(work) == len(b) and all(
         not isinstance(x, torch.Tensor) or (isinstance(y, torch.Tensor) and x.shape == y.shape and x.dtype == y.dtype)
         for x, y in zip(work, b, strict=True))
     if same_shapes and _tensors(work):
-        with torch.no_grad():
-            for w, v in zip(work, b, strict=True):
-                if isinstance(w, torch.Tensor):
-                    w.data.copy_(v)  # through .data: same memory, version counter untouched
-        ok = probe("same_memory", b, work, "fail")
-        # The sparse mixes start from b as the reference left it: both sides then see the same values.
-        mixed = b
+        write(work, b)
         del b
+        ok, work = probe("same_memory", work, "fail")
+        # The sparse mixes start from b as the reference left it (in `work` now): both sides see the same values.
         gens: dict[str, Any] = {}  # one per device: masks drawn where the inputs live, never on the host
         # Up to SPARSE_ROUNDS sparse changes with independent masks: a cache validated by k sampled
         # elements survives one with probability (1 - sparse_fraction)^k, all of them with its cube.
@@ -222,32 +269,27 @@ def check_cache_reuse(
                 break
             d = make_inputs(seed + 2 + round_)
             changed = False
-            for m, v in zip(mixed, d, strict=True):
-                if isinstance(m, torch.Tensor) and m.is_floating_point() and m.numel() > 0:
-                    key = str(m.device)
-                    if key not in gens:
-                        gens[key] = torch.Generator(device=m.device).manual_seed(seed)
-                    _mix_in_place(m, v, gens[key], sparse_fraction)
-                    changed = True
+            with torch.no_grad():
+                for m, v in zip(work, d, strict=True):
+                    if isinstance(m, torch.Tensor) and m.is_floating_point() and m.numel() > 0:
+                        key = str(m.device)
+                        if key not in gens:
+                            gens[key] = torch.Generator(device=m.device).manual_seed(seed)
+                        _mix_in_place(m.data, v, gens[key], sparse_fraction)  # .data: the version stays
+                        changed = True
             del d
             if not changed:
                 break
-            with torch.no_grad():
-                for w, v in zip(work, mixed, strict=True):
-                    if isinstance(w, torch.Tensor):
-                        w.data.copy_(v)
-            ok = probe("same_memory_sparse", mixed, work, "warn")
-        del mixed
+            ok, work = probe("same_memory_sparse", work, "warn")
     else:
         del b
     # The new-memory probe's inputs are allocated while the last probe's are still alive, so they cannot
     # land at the same addresses (a cache keyed on pointers would otherwise see "the same memory").
     fresh = make_inputs(seed + 2)
-    fresh_work = clone(fresh)
     del work
-    w = v = m = None  # the loops' names would keep the last input sets alive
-    probe("new_memory", fresh, fresh_work, "fail")
-    del fresh, fresh_work
+    m = v = None  # the loops' names would keep the last input sets alive
+    probe("new_memory", fresh, "fail")
+    del fresh
     if constant is None:
         constant = last_constant[0]
     if constant is not None:

@@ -208,8 +208,13 @@ class TimedOutputCheck:
 
     def __init__(self, candidate: Rotation, reference_model: Any, device: Any, *, atol: float, rtol: float,
                  compare: Callable[..., Any], protected: set[int], sync: Callable[[], None],
-                 numerics: tuple[Callable[[], Any], Callable[[], Any]], samples: int = TIMED_SAMPLES) -> None:
+                 numerics: tuple[Callable[[], Any], Callable[[], Any]], samples: int = TIMED_SAMPLES,
+                 to_host: Callable[[list[Any]], list[Any]] = list, reference_mutates: bool = True) -> None:
         self.candidate, self.reference_model, self.device = candidate, reference_model, device
+        self.to_host = to_host  # where the expected output waits for the timed call (the worker: pinned host)
+        self.atol_for: list[float] = []
+        # Whether the reference changes its inputs (the correctness trials saw it): only then does it get a copy.
+        self.reference_mutates = reference_mutates
         self.atol, self.rtol, self.compare, self.sync = atol, rtol, compare, sync
         self.protected = protected  # storages the reference's outputs may share (its inputs, parameters)
         self.reference_numerics, self.timing_numerics = numerics
@@ -237,9 +242,12 @@ class TimedOutputCheck:
             return
         import torch
 
-        # A copy of the inputs (the reference may change its inputs in place), freed once it has run; the
-        # reference's output is fresh memory that nothing touches until it is compared.
-        inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in self.candidate.peek()]
+        # A copy of the inputs where the reference changes its inputs in place, freed once it has run (else
+        # it runs on the draw itself: no second copy of the inputs beside the two draws); the reference's
+        # output is fresh memory that nothing touches until it is compared.
+        inputs = self.candidate.peek()
+        if self.reference_mutates:
+            inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         self.reference_numerics()
         try:
             with torch.no_grad():
@@ -248,16 +256,18 @@ class TimedOutputCheck:
             self.timing_numerics()
         self.reference_aliases = bool(_storages(self.expected) & (_storages(inputs) | self.protected))
         del inputs
+        # TF32 errors scale with the output: the scale is read here, while the output is on the device.
+        self.atol_for = [max(self.atol, TF32_TOLERANCE * float(e.detach().abs().max()))
+                         if self.scale_atol and isinstance(e, torch.Tensor) and e.is_floating_point() and e.numel() > 0
+                         else self.atol for e in self.expected]
+        on_device, self.expected = self.expected, self.to_host(self.expected)  # off the device before the call
+        _poison(on_device, self.protected)  # freed now: a candidate handing back unwritten memory finds NaN
+        del on_device
 
     def after(self, name: str, out: Any) -> None:
-        import torch
 
         if name == "reference":
-            for t in _flat(out):
-                if isinstance(t, torch.Tensor) and t.numel() > 0 and \
-                        t.untyped_storage().data_ptr() not in self.protected:
-                    with contextlib.suppress(RuntimeError):
-                        t.fill_(float("nan") if t.is_floating_point() else 0)
+            _poison(_flat(out), self.protected)
             return
         index = self.index
         self.index += 1
@@ -272,10 +282,7 @@ class TimedOutputCheck:
             reason = f"{len(got)} outputs instead of {len(expected)}"
         else:
             for k, (e, g) in enumerate(zip(expected, got, strict=True)):
-                atol = self.atol
-                if self.scale_atol and isinstance(e, torch.Tensor) and e.is_floating_point() and e.numel() > 0:
-                    atol = max(atol, TF32_TOLERANCE * float(e.detach().abs().max()))  # TF32 errors scale with the output
-                check = self.compare(k, e, g, atol, self.rtol)
+                check = self.compare(k, e, g, self.atol_for[k], self.rtol)
                 if not check.passed:
                     reason = f"output {k}: {check.reason}"
                     break
@@ -299,6 +306,17 @@ class TimedOutputCheck:
             out.append(finding("output_aliases_input", "during timing the candidate returned memory of "
                                "its inputs or of the reference model's parameters", {"timed_calls": self.aliased[:5]}))
         return out
+
+
+def _poison(values: list[Any], protected: set[int]) -> None:
+    """Overwrite reference outputs (NaN, or 0 for integers) before their memory is freed, except memory
+    in `protected` (inputs, parameters): a candidate that returns unwritten memory must not find them."""
+    import torch
+
+    for t in values:
+        if isinstance(t, torch.Tensor) and t.numel() > 0 and t.untyped_storage().data_ptr() not in protected:
+            with contextlib.suppress(RuntimeError):
+                t.fill_(float("nan") if t.is_floating_point() else 0)
 
 
 def timed_tolerance(atol: float, rtol: float, timing_numerics: Mapping[str, Any], device: Any) -> tuple[float, float]:
@@ -356,15 +374,21 @@ class FixedValueProbe:
             self.possible = False
             return
         for k, t in floats.items():
-            lo, hi = float("-inf"), float("inf")
             flat = t.detach().reshape(-1)
-            for start in range(0, flat.numel(), CHUNK_ELEMENTS):  # in slices: no full-size temporaries
-                e = flat[start:start + CHUNK_ELEMENTS].double()
-                if not bool(torch.isfinite(e).all()):
-                    self.possible = False
-                    return
-                tol = self.atol + self.rtol * e.abs()
-                lo, hi = max(lo, float((e - tol).max())), min(hi, float((e + tol).min()))
+            # In slices (no full-size temporaries), the bounds kept on the device: one host sync per output.
+            acc = torch.tensor([float("-inf"), float("inf"), 1.0], dtype=torch.float64, device=flat.device)
+            step = CHUNK_ELEMENTS // 4  # float64 temporaries: a few of a quarter slice each
+            for start in range(0, flat.numel(), step):
+                e = flat[start:start + step].double()
+                tol = e.abs().mul_(self.rtol).add_(self.atol)
+                acc[0] = torch.maximum(acc[0], (e - tol).max())
+                acc[1] = torch.minimum(acc[1], (e + tol).min())
+                acc[2] = torch.minimum(acc[2], torch.isfinite(e).all().double())
+                del e, tol
+            lo, hi, finite = acc.tolist()
+            if not finite:
+                self.possible = False
+                return
             old = self.bounds.get(k)
             if old is not None:
                 lo, hi = max(lo, old[0]), min(hi, old[1])

@@ -8,7 +8,7 @@ import torch
 from cudaforge.engine.observe import CHUNK_ELEMENTS
 from cudaforge.engine.results import OutputCheck, WorstElement
 
-_CHUNK = CHUNK_ELEMENTS  # elements per compared slice: ~0.4 GiB of fp32 temporaries at most
+_CHUNK = CHUNK_ELEMENTS  # elements per compared slice: ~30 MiB of temporaries at most
 
 DEFAULT_TOLERANCE = {"fp32": (1e-4, 1e-4), "fp16": (1e-2, 1e-2), "bf16": (2e-2, 2e-2)}
 
@@ -35,45 +35,49 @@ def compare_output(index: int, expected: Any, got: Any, atol: float, rtol: float
         return OutputCheck(passed=False, reason=f"shape {tuple(got.shape)} != expected {tuple(expected.shape)}", **base)
     if got.dtype != expected.dtype:
         return OutputCheck(passed=False, reason=f"dtype {got.dtype} != expected {expected.dtype}", **base)
-    if got.device != expected.device:
-        got = got.to(expected.device)
+    # Where the device tensor lives: an expected output waiting on the host comes over slice by slice.
+    where = expected.device if expected.device.type != "cpu" else got.device
     numel = expected.numel()
     if numel == 0:
         return OutputCheck(passed=True, numel=0, **base)
     exact = not (expected.is_floating_point() or expected.is_complex())
     work = torch.float64 if (exact or expected.dtype == torch.float64) else torch.float32
     # In slices: full-size float temporaries (diff, masks, copies) would each cost the output's size again.
+    # One pass per slice, its statistics kept on the device: the host waits once at the end, not per slice.
     ef, gf = expected.detach().reshape(-1), got.detach().reshape(-1)
-    mismatches = nonfinite = 0
-    max_abs = max_rel = 0.0
+    stats = torch.zeros(4, dtype=torch.float64, device=where)  # mismatches, non-finite, max abs, max rel
     top_vals: list[Any] = []
     top_idx: list[Any] = []
     for start in range(0, numel, _CHUNK):
-        part = _compare_slice(ef[start:start + _CHUNK].to(work), gf[start:start + _CHUNK].to(work), exact, atol, rtol)
-        mismatches += part[0]
-        nonfinite += part[1]
-        max_abs = max(max_abs, part[2])
-        max_rel = max(max_rel, part[3])
-        if part[2] > 0:
-            k = min(worst_k, part[4].numel())
-            values, idx = part[4].topk(k)
-            top_vals.append(values)
-            top_idx.append(idx + start)
+        e = ef[start:start + _CHUNK].to(device=where, dtype=work, non_blocking=True)
+        g = gf[start:start + _CHUNK].to(device=where, dtype=work, non_blocking=True)
+        part, diff = _compare_slice(e, g, exact, atol, rtol)
+        stats[:2] += part[:2]
+        stats[2:] = torch.maximum(stats[2:], part[2:])
+        values, idx = diff.topk(min(worst_k, diff.numel()))
+        top_vals.append(values)
+        top_idx.append(idx + start)
+        del e, g, diff
+    vals, idxs = torch.cat(top_vals), torch.cat(top_idx)
+    k = min(worst_k, numel, vals.numel())
+    order = vals.topk(k).indices
+    count, nonfinite_f, max_abs, max_rel = stats.tolist()
+    mismatches, nonfinite = int(count), int(nonfinite_f)
     if max_abs == 0:
         max_rel = 0.0
     if mismatches and nonfinite:
         max_rel = float("inf")
     worst: list[WorstElement] = []
     if max_abs > 0:
-        vals, idxs = torch.cat(top_vals), torch.cat(top_idx)
-        k = min(worst_k, numel, vals.numel())
-        order = vals.topk(k).indices
-        for v, fi in zip(vals[order].tolist(), idxs[order].tolist(), strict=True):
-            if v == 0:
-                break
-            idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(fi), expected.shape))
-            worst.append(WorstElement(index=idx, expected=float(ef[fi].to(work)), got=float(gf[fi].to(work)),
-                                      abs_err=float(v)))
+        top = [(v, fi) for v, fi in zip(vals[order].tolist(), idxs[order].tolist(), strict=True) if v != 0]
+        if top:
+            flat_idx = torch.tensor([fi for _, fi in top], dtype=torch.int64)
+            coords = torch.stack(torch.unravel_index(flat_idx, expected.shape), dim=1).tolist() \
+                if expected.dim() else [[] for _ in top]
+            e_vals = ef[flat_idx.to(ef.device)].to(work).tolist()
+            g_vals = gf[flat_idx.to(gf.device)].to(work).tolist()
+            worst = [WorstElement(index=tuple(int(i) for i in c), expected=float(ev), got=float(gv), abs_err=float(v))
+                     for (v, _), c, ev, gv in zip(top, coords, e_vals, g_vals, strict=True)]
     finite_all = nonfinite == 0
     reason = ""
     if mismatches:
@@ -84,28 +88,36 @@ def compare_output(index: int, expected: Any, got: Any, atol: float, rtol: float
                        numel=numel, nonfinite_got=0 if finite_all else nonfinite, worst=tuple(worst), reason=reason, **base)
 
 
-def _compare_slice(e: Any, g: Any, exact: bool, atol: float, rtol: float) -> tuple[int, int, float, float, Any]:
-    """One slice: (mismatches, non-finite in got, max abs err, max rel err, abs err per element)."""
+def _compare_slice(e: Any, g: Any, exact: bool, atol: float, rtol: float) -> tuple[Any, Any]:
+    """One slice, without a host sync: ([mismatches, non-finite in got, max abs err, max rel err] as a
+    float64 tensor on the slice's device, abs err per element)."""
+    zero = torch.zeros((), dtype=torch.float64, device=e.device)
     if exact:
         bad = g != e
         diff = (g - e).abs()
-        finite_g = None
+        nonfinite = zero
+    elif e.device.type == "cpu" and bool(torch.isfinite(g).all()) and bool(torch.isfinite(e).all()):
+        # On the host a check costs no device sync: all-finite slices (the usual case) take the short path.
+        diff = (g - e).abs()
+        scale = e.abs()
+        bad = diff > (atol + rtol * scale)
+        part = torch.stack([bad.sum().to(torch.float64), zero, diff.max().to(torch.float64),
+                            (diff / scale.clamp_min(1e-12)).max().to(torch.float64)])
+        return part, diff
     else:
         finite_g = torch.isfinite(g)
         finite_e = torch.isfinite(e)
         diff = (g - e).abs()
         bad = diff > (atol + rtol * e.abs())
-        if not (bool(finite_g.all()) and bool(finite_e.all())):
-            # A non-finite value passes only where the reference has the very same non-finite value.
-            same_nonfinite = (~finite_g) & (~finite_e) & ((g == e) | (torch.isnan(g) & torch.isnan(e)))
-            both_finite = finite_g & finite_e
-            bad = torch.where(both_finite, bad, ~same_nonfinite)
-            diff = torch.where(both_finite, diff, torch.full_like(diff, float("inf")))
-            diff = torch.where(same_nonfinite, torch.zeros_like(diff), diff)
-    mismatches = int(bad.sum())
-    nonfinite = 0 if finite_g is None else int((~finite_g).sum())
-    max_abs = float(diff.max())
+        # A non-finite value passes only where the reference has the very same non-finite value.
+        same_nonfinite = (~finite_g) & (~finite_e) & ((g == e) | (torch.isnan(g) & torch.isnan(e)))
+        both_finite = finite_g & finite_e
+        bad = torch.where(both_finite, bad, ~same_nonfinite)
+        diff = torch.where(both_finite, diff, torch.full_like(diff, float("inf")))
+        diff = torch.where(same_nonfinite, torch.zeros_like(diff), diff)
+        nonfinite = (~finite_g).sum().to(torch.float64)
     finite_diff = torch.where(torch.isfinite(diff), diff, torch.zeros_like(diff))
-    max_rel = float((finite_diff / e.abs().clamp_min(1e-12)).max()) if max_abs > 0 else 0.0
-    return mismatches, nonfinite, max_abs, max_rel, diff
-
+    max_rel = (finite_diff / e.abs().clamp_min(1e-12)).max()
+    part = torch.stack([bad.sum().to(torch.float64), nonfinite, diff.max().to(torch.float64),
+                        max_rel.to(torch.float64)])
+    return part, diff

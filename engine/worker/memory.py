@@ -1,9 +1,11 @@
 """Device memory inside the worker: the task's footprint, whether it fits, peaks, the cap, OOM messages.
 
-One place for the memory rules of DESIGN.md: an evaluation's peak stays within 3x the reference's
-own peak (+ 1 GiB of slack for the L2-flush buffer and the like); a task that cannot fit (3 x its
-footprint + 1 GiB above the card's free memory or the cap) is said once, before any candidate is
-built; an out-of-memory error is the `oom` outcome naming the side (reference, inputs, candidate),
+One place for the memory rules of DESIGN.md: an evaluation's peak stays within 1.25x the reference's
+own peak (+ 1 GiB of slack for the L2-flush buffer, compare slices and the like): the reference's
+outputs wait in (pinned) host memory and are compared in device-sized slices, input mutation is
+checked against a host snapshot, so one input set and one output set are alive on the device at a
+time. A task that cannot fit (1.25 x its footprint + 1 GiB above the card's free memory, or, under a
+cap, its footprint + TIGHT_SLACK_BYTES above the cap) is said once, before any candidate is built; an out-of-memory error is the `oom` outcome naming the side (reference, inputs, candidate),
 the bytes asked, the bytes in use and the card's total. Imports torch lazily (the parent's
 footprint check runs this module in a subprocess).
 """
@@ -21,7 +23,14 @@ if TYPE_CHECKING:
 
 GIB = 1 << 30
 SLACK_BYTES = GIB  # the L2 flush buffer, CUDA/cuBLAS workspaces, compare chunks
-FACTOR = 3  # evaluation peak <= FACTOR x reference peak + SLACK_BYTES
+FACTOR = 1.25  # evaluation peak <= FACTOR x reference peak + SLACK_BYTES
+# Under a cap the evaluation fits wherever the reference alone fits: its footprint plus the compare
+# slices' temporaries (observe.CHUNK_ELEMENTS fp32 elements, a few at a time) and the L2 flush buffer.
+TIGHT_SLACK_BYTES = GIB // 2
+CONTEXT_GUESS_BYTES = 600 << 20  # a CUDA context's own device memory where NVML cannot say
+# The temporaries of one slice of a whole-tensor pass (compare, fixed-value probe, cache-probe match):
+# about 20 bytes per element of an observe.CHUNK_ELEMENTS slice, whatever the tensor's size.
+SLICE_TEMP_BYTES = 32 << 20
 
 # Which side is allocating right now: named in an out-of-memory message.
 _SIDE: list[str] = ["harness"]
@@ -119,8 +128,39 @@ def cap_bytes(gpu_memory_gb: float | None) -> int | None:
     return int(float(gpu_memory_gb) * GIB) if gpu_memory_gb else None
 
 
+def process_device_bytes(device: Any) -> int | None:
+    """This process's device memory as NVML (and nvidia-smi) report it: the CUDA context, cuBLAS/cuDNN
+    handles and modules besides what PyTorch's allocator reserves. None where NVML cannot say."""
+    import os
+
+    try:
+        import pynvml  # nvidia-ml-py; PyTorch's own memory queries use it where it is installed
+    except ImportError:
+        return None
+    with contextlib.suppress(Exception):
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(int(getattr(device, "index", None) or 0))
+        for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            if proc.pid == os.getpid() and proc.usedGpuMemory is not None:
+                return int(proc.usedGpuMemory)
+    return None
+
+
+def outside_allocator_bytes(device: Any) -> int:
+    """Device memory of this process that PyTorch's allocator does not hold (the context and the like):
+    NVML's figure minus the allocator's reservation, else CONTEXT_GUESS_BYTES."""
+    import torch
+
+    used = process_device_bytes(device)
+    if used is None:
+        return CONTEXT_GUESS_BYTES
+    return max(0, used - int(torch.cuda.memory_reserved(device)))
+
+
 def apply_cap(job: EvalJob, device: Any) -> str:
-    """Cap this process's device memory to `gpu_memory_gb` (PyTorch's per-process fraction).
+    """Cap this process's device memory to `gpu_memory_gb`, the CUDA context included: PyTorch's
+    per-process fraction bounds only its allocator, so the fraction is the cap less what the process
+    holds outside the allocator (measured with NVML once the context exists, else a context's usual size).
 
     The cap is CUDA-only: on the CPU device it is ignored, and the returned note says so."""
     gb = job.gpu_memory_gb
@@ -132,8 +172,9 @@ def apply_cap(job: EvalJob, device: Any) -> str:
 
     total = int(torch.cuda.mem_get_info(device)[1])
     cap = min(cap_bytes(gb) or total, total)
-    torch.cuda.set_per_process_memory_fraction(cap / total, device)
-    CAP["bytes"] = cap
+    outside = outside_allocator_bytes(device)
+    torch.cuda.set_per_process_memory_fraction(max(cap - outside, GIB // 4) / total, device)
+    CAP.update(bytes=cap, outside_bytes=outside)
     return ""
 
 
@@ -235,7 +276,42 @@ def _fast_meta_rnns() -> Iterator[None]:
 
 
 def needed_bytes(footprint: int) -> int:
-    return FACTOR * footprint + SLACK_BYTES
+    """What an evaluation needs with room to spare: FACTOR x footprint + SLACK_BYTES."""
+    return int(FACTOR * footprint) + SLACK_BYTES
+
+
+def estimate_bytes(footprint: int, cap: int | None) -> int:
+    """The evaluation's expected peak: needed_bytes, or under a cap it does not leave room for, the tight
+    figure (the reference's outputs and input snapshots on the host, the slices beside the footprint)."""
+    need = needed_bytes(footprint)
+    return need if cap is None or need <= cap else tight_bytes(footprint)
+
+
+def tight_bytes(footprint: int) -> int:
+    """The least an evaluation needs under a cap, which holds the CUDA context too: the footprint +
+    TIGHT_SLACK_BYTES + a context's usual size."""
+    return footprint + TIGHT_SLACK_BYTES + CONTEXT_GUESS_BYTES
+
+
+def host_needed_bytes(input_bytes: int, output_bytes: int) -> int:
+    """Host memory an evaluation holds beside the task's own: the pinned snapshot of one input set and
+    the reference's (or candidate's) outputs, twice over for the candidate-first trials."""
+    return input_bytes + 2 * output_bytes
+
+
+def host_available_bytes() -> int | None:
+    """Host memory available now (psutil; None where it is not installed)."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    return int(psutil.virtual_memory().available)
+
+
+def host_message(task_name: str, need: int, available: int) -> str:
+    """The one line said when the host is short of memory for the reference's outputs and input snapshots."""
+    return (f"{task_name} needs about {need / GIB:.1f} GiB of host memory to evaluate (its inputs and outputs, "
+            f"kept on the host); the host has {fmt_gib(available)} available")
 
 
 def fit_message(task_name: str, footprint: int, available: int, cap: int | None) -> str:
@@ -243,31 +319,155 @@ def fit_message(task_name: str, footprint: int, available: int, cap: int | None)
     need = needed_bytes(footprint)
     where = (f"the cap ([run] gpu_memory_gb) is {fmt_gib(cap)}" if cap is not None and cap <= available
              else f"this card has {fmt_gib(available)} free")
-    return (f"{task_name} needs about {need / GIB:.0f} GiB to evaluate ({FACTOR} × {footprint / GIB:.1f} GiB + "
-            f"{SLACK_BYTES / GIB:.0f} GiB); {where}")
+    return (f"{task_name} needs about {need / GIB:.0f} GiB to evaluate ({FACTOR:g} × {footprint / GIB:.1f} GiB + "
+            f"{SLACK_BYTES / GIB:.0f} GiB; at least {tight_bytes(footprint) / GIB:.1f} GiB under a cap); {where}")
 
 
 def fits(footprint: int, free: int, cap: int | None) -> bool:
+    """With room to spare (needed_bytes) within the free memory, or under a cap at least tight_bytes."""
     limit = free if cap is None else min(free, cap)
-    return needed_bytes(footprint) <= limit
+    if needed_bytes(footprint) <= limit:
+        return True
+    return cap is not None and tight_bytes(footprint) <= limit
 
 
 # ------------------------------------------------------------------ peaks
 
 
+ACCOUNTING_ENV = "CUDAFORGE_CPU_MEMORY_ACCOUNTING"  # "1": count the CPU device's tensor bytes (tests, benches)
+
+
+class CpuAccounting:
+    """Tensor bytes alive in this process on the CPU device, where PyTorch keeps no allocator statistics:
+    a TorchDispatchMode sees every tensor an aten op returns (factories, the models' parameters, the
+    candidate's extension calls included, since they go through the dispatcher) and counts its storage
+    once; a storage is uncounted when the last tensor seen on it dies (weakref finalizers: a tensor
+    PyTorch still holds in C++ keeps its Python object, so it is not uncounted early). Opt-in
+    (ACCOUNTING_ENV): a Python hook on every op slows the CPU device's calls."""
+
+    def __init__(self) -> None:
+        self.alive: dict[int, list[int]] = {}  # storage pointer -> [bytes, tensors seen on it and alive, host]
+        self.current = 0
+        self.top = 0
+        self.host_current = 0  # what host_copy made: on a GPU that is host memory, so it is counted apart
+        self.host_top = 0
+        self.host_side = False
+        self.mode: Any = None
+
+    @contextlib.contextmanager
+    def on_host(self) -> Iterator[None]:
+        """Tensors made inside the block are the host's (host_copy's copies on the CPU device)."""
+        self.host_side, saved = True, self.host_side
+        try:
+            yield
+        finally:
+            self.host_side = saved
+
+    def start(self) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        accounting = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                out = func(*args, **(kwargs or {}))
+                accounting.note(out)
+                return out
+
+        self.mode = _Mode()
+        self.mode.__enter__()
+
+    def stop(self) -> None:
+        if self.mode is not None:
+            self.mode.__exit__(None, None, None)
+            self.mode = None
+
+    def note(self, out: Any) -> None:
+        import weakref
+
+        import torch
+
+        if isinstance(out, (list, tuple)):
+            for o in out:
+                self.note(o)
+            return
+        if not isinstance(out, torch.Tensor) or out.device.type != "cpu":
+            return
+        with contextlib.suppress(RuntimeError):  # tensors without storage (sparse, some wrappers)
+            storage = out.untyped_storage()
+            ptr, nbytes = storage.data_ptr(), storage.nbytes()
+            if nbytes == 0:
+                return
+            entry = self.alive.get(ptr)
+            if entry is None:
+                entry = self.alive[ptr] = [nbytes, 0, int(self.host_side)]
+                if self.host_side:
+                    self.host_current += nbytes
+                    self.host_top = max(self.host_top, self.host_current)
+                else:
+                    self.current += nbytes
+                    self.top = max(self.top, self.current)
+            entry[1] += 1
+            weakref.finalize(out, self._drop, ptr)
+
+    def _drop(self, ptr: int) -> None:
+        entry = self.alive.get(ptr)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] <= 0:
+            del self.alive[ptr]
+            if entry[2]:
+                self.host_current -= entry[0]
+            else:
+                self.current -= entry[0]
+
+
+CPU_ACCOUNTING = CpuAccounting()
+
+
+def start_accounting(device: Any) -> None:
+    """Count the CPU device's tensor bytes for this evaluation when ACCOUNTING_ENV asks for it."""
+    import os
+
+    if getattr(device, "type", "cpu") == "cpu" and os.environ.get(ACCOUNTING_ENV) == "1":
+        CPU_ACCOUNTING.start()
+
+
+def _cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_initialized())
+
+
 def reset_peak() -> None:
     import torch
 
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if _cuda():
         torch.cuda.reset_peak_memory_stats()
+    elif CPU_ACCOUNTING.mode is not None:
+        CPU_ACCOUNTING.top = CPU_ACCOUNTING.current
 
 
 def peak() -> int | None:
+    """The allocator's peak since reset_peak (CUDA), or the CPU accounting's (None without either)."""
     import torch
 
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if _cuda():
         return int(torch.cuda.max_memory_allocated())
+    if CPU_ACCOUNTING.mode is not None:
+        return CPU_ACCOUNTING.top
     return None
+
+
+LARGE_BYTES = 256 << 20  # a step whose tensors are this large gives its memory back before the next
+
+
+def release_if_large() -> None:
+    """release() where the reference moves LARGE_BYTES or more: for small tasks the collector's pass and
+    the device sync cost more than the memory they return (part of a small round's fixed cost)."""
+    if REFERENCE_IO.get("input_bytes", 0) + REFERENCE_IO.get("output_bytes", 0) >= LARGE_BYTES or not REFERENCE_IO:
+        release()
 
 
 def release() -> None:
@@ -288,6 +488,57 @@ def held_bytes() -> int:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         return int(torch.cuda.memory_reserved())
     return 0
+
+
+# ------------------------------------------------------------------ host copies
+
+
+def host_copy(values: list[Any], wait: bool = True) -> list[Any]:
+    """Host copies of the tensors among `values` (others as they are): pinned on CUDA, so a compare or a
+    restore moves them back slice by slice at full bandwidth; plain clones on the CPU device. What the
+    device then holds is one set of inputs and one of outputs; the copies wait on the host.
+
+    `wait=False` leaves the copies queued on the current stream (the caller synchronizes before it reads
+    them; whatever the stream does next to the originals runs after the copies)."""
+    import torch
+
+    out: list[Any] = []
+    cuda = False
+    for v in values:
+        if not isinstance(v, torch.Tensor):
+            out.append(v)
+            continue
+        v = v.detach()
+        if v.device.type == "cpu":
+            with CPU_ACCOUNTING.on_host():
+                out.append(v.clone())
+            continue
+        cuda = True
+        try:
+            h = torch.empty_like(v, device="cpu", pin_memory=True)
+        except RuntimeError:  # pinned memory is a limited resource: pageable still works, slower
+            h = torch.empty_like(v, device="cpu")
+        h.copy_(v, non_blocking=True)
+        out.append(h)
+    if cuda and wait:
+        torch.cuda.synchronize()
+    return out
+
+
+def restore(values: list[Any], snapshot: list[Any]) -> bool:
+    """Write `snapshot` (host_copy of the same values) back into `values` in place; False where a tensor
+    no longer has the snapshot's shape and dtype (the caller draws afresh)."""
+    import torch
+
+    pairs = [(v, h) for v, h in zip(values, snapshot, strict=True) if isinstance(h, torch.Tensor)]
+    if not all(isinstance(v, torch.Tensor) and v.shape == h.shape and v.dtype == h.dtype for v, h in pairs):
+        return False
+    with torch.no_grad():
+        for v, h in pairs:
+            v.copy_(h, non_blocking=True)
+    if any(v.is_cuda for v, _ in pairs):
+        torch.cuda.synchronize()
+    return True
 
 
 # ------------------------------------------------------------------ the worker's steps
@@ -334,8 +585,13 @@ def check_task(job: EvalJob, task: Any, init: list[Any], device: Any, float_dtyp
         del raw
     mem.update(fp)
     mem["needed_bytes"] = needed_bytes(fp["footprint_bytes"])
+    mem["host_needed_bytes"] = host_needed_bytes(fp["input_bytes"], fp["output_bytes"])
     if getattr(device, "type", "cpu") != "cuda":
         return
+    host_free = host_available_bytes()
+    if host_free is not None and mem["host_needed_bytes"] > host_free:
+        mem.update(fits=False, message=host_message(task_name(job.task_path), mem["host_needed_bytes"], host_free))
+        raise CandidateFailure("oom", mem["message"])
     free, total = (int(v) for v in torch.cuda.mem_get_info(device))
     cap = CAP.get("bytes")
     if not fits(fp["footprint_bytes"], free, cap):
@@ -344,7 +600,8 @@ def check_task(job: EvalJob, task: Any, init: list[Any], device: Any, float_dtyp
         from cudaforge.engine.gpu.lock import cudaforge_gpu_bytes
 
         free += cudaforge_gpu_bytes(job.gpu)
-    mem.update(free_bytes=free, total_bytes=total, cap_bytes=cap, fits=fits(fp["footprint_bytes"], free, cap))
+    mem.update(free_bytes=free, total_bytes=total, cap_bytes=cap, fits=fits(fp["footprint_bytes"], free, cap),
+               needed_bytes=estimate_bytes(fp["footprint_bytes"], cap))
     if not mem["fits"]:
         mem["message"] = fit_message(task_name(job.task_path), fp["footprint_bytes"], free, cap)
         raise CandidateFailure("oom", mem["message"])
@@ -399,14 +656,18 @@ def measure_reference(draw: Any, run: Any, flatten: Any, mem: dict[str, Any]) ->
 def held_allocated() -> int:
     import torch
 
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if _cuda():
         return int(torch.cuda.memory_allocated())
-    return 0
+    return CPU_ACCOUNTING.current if CPU_ACCOUNTING.mode is not None else 0
 
 
 def finish(result: dict[str, Any]) -> None:
     """Fill the result's memory section at the end (whatever the outcome): the evaluation's peak and the
-    card's total; the ratio the design bounds ((peak - 1 GiB) / reference peak)."""
+    card's total; the ratio the design bounds ((peak - 1 GiB) / reference peak); on CUDA the process's
+    peak as NVML counts it (the allocator's reserved peak plus what lies outside the allocator), on the
+    CPU device with accounting the bytes host_copy held."""
+    import torch
+
     mem = result.setdefault("memory", {})
     top = peak()
     if top is not None:
@@ -419,6 +680,15 @@ def finish(result: dict[str, Any]) -> None:
         ref = mem.get("reference_peak_bytes")
         if ref:
             mem["ratio"] = round(max(0, mem["eval_peak_bytes"] - SLACK_BYTES) / ref, 3)
+    if _cuda():
+        device = torch.device("cuda", torch.cuda.current_device())
+        used = process_device_bytes(device)
+        if used is not None:
+            outside = max(0, used - int(torch.cuda.memory_reserved(device)))
+            mem["process_peak_bytes"] = max(used, int(torch.cuda.max_memory_reserved(device)) + outside)
+    elif CPU_ACCOUNTING.mode is not None:
+        mem["host_peak_bytes"] = CPU_ACCOUNTING.host_top
+        CPU_ACCOUNTING.stop()
 
 
 # ------------------------------------------------------------------ the parent's check, in a subprocess

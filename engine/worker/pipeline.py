@@ -31,6 +31,7 @@ from cudaforge.engine.worker.harness import (
     set_default_numerics,
     set_reference_numerics,
     shift_distribution,
+    sub_phase,
     thread_names,
     versions,
 )
@@ -246,6 +247,9 @@ def _poison(outputs: list[Any]) -> None:
                 t.fill_(0)
 
 
+REFERENCE_SEEN = {"mutates": False}  # the correctness trials saw the reference change its inputs in place
+
+
 def correctness(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, findings: list[Finding]) -> dict[str, Any]:
     import torch
     from cudaforge.engine.results import Correctness, TrialCheck
@@ -267,53 +271,27 @@ def correctness(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any
     aliased = False
     subclass_types: set[str] = set()
     for i, seed, dist in plan:
-        inputs = make_inputs(task, seed, device, float_dtype)
-        if dist == "shifted":
-            inputs = shift_distribution(inputs, seed)
-        # The reference works on the draw itself, the candidate on one clone; the draw's fingerprint
-        # stands in for a third copy (engine/worker/memory.py).
-        original_prints = [observe.fingerprint(x) if isinstance(x, torch.Tensor) else None for x in inputs]
-        ref_in, cand_in = inputs, clone_inputs(inputs)
         order = "reference_first" if i % 2 == 0 else "candidate_first"
-        set_reference_numerics()
-        if order == "reference_first":
-            ref_out = _run_reference(model, ref_in, device)
-            expected = [t.clone() if isinstance(t, torch.Tensor) else t for t in flatten_outputs(ref_out)]
-            _poison(flatten_outputs(ref_out))
-            del ref_out
-            got_raw = _run_candidate(model_new, cand_in, device)
-        else:
-            got_raw = _run_candidate(model_new, cand_in, device)
-            ref_out = _run_reference(model, ref_in, device)
-            expected = flatten_outputs(ref_out)
-            del ref_out  # `expected` holds the outputs; nothing of this trial may outlive it
-        got = flatten_outputs(got_raw)
+        trial = _trial(task, model, model_new, device, float_dtype, seed, dist, order, fixed if dist == "task" else None)
+        expected, got, cand_mutated, trial_aliased, ref_mutates = trial
+        REFERENCE_SEEN["mutates"] = REFERENCE_SEEN["mutates"] or ref_mutates
+        if cand_mutated:
+            mutated.update(cand_mutated)
+        aliased = aliased or trial_aliased
         if len(got) != len(expected):
             raise CandidateFailure("wrong_result", f"ModelNew returned {len(got)} outputs, the reference {len(expected)}")
-        for t in got:
-            if isinstance(t, torch.Tensor) and type(t) is not torch.Tensor:
-                subclass_types.add(type(t).__name__)
-        checks = tuple(compare_output(k, e, g, atol, rtol) for k, (e, g) in enumerate(zip(expected, got, strict=True)))
-        # Input mutation: compare what each side did to its own copy of the inputs.
-        for k, (orig, r, c) in enumerate(zip(original_prints, ref_in, cand_in, strict=True)):
-            if orig is not None:
-                ref_changed = observe.fingerprint(r) != orig
-                # With the reference's copy unchanged it equals the original: compare the candidate's to it exactly.
-                if not ref_changed and not observe.bits_equal(r, c):
-                    mutated.add(k)
-        r = c = None  # the loop's names would keep this trial's inputs alive into the next
-        if _storage_ptrs(got) & _storage_ptrs(cand_in) and not (_storage_ptrs(expected) & _storage_ptrs(ref_in)):
-            aliased = True
-        if dist == "task":
-            fixed.add(expected)
+        subclass_types.update(type(t).__name__ for t in got if isinstance(t, torch.Tensor) and type(t) is not torch.Tensor)
+        with sub_phase("compare"):
+            checks = tuple(compare_output(k, e, g, atol, rtol) for k, (e, g) in enumerate(zip(expected, got, strict=True)))
         passed = all(c.passed for c in checks)
         results.append(TrialCheck(trial=i, seed=seed, distribution=dist, order=order, passed=passed, outputs=checks))
         for c in checks:
             prev = worst.get(c.index)
             if prev is None or (prev.passed and not c.passed) or (prev.passed == c.passed and c.max_abs_err > prev.max_abs_err):
                 worst[c.index] = c
-        del got, got_raw, expected, inputs, ref_in, cand_in, checks
-        memory.release()
+        del got, expected, checks, trial
+        with sub_phase("release"):
+            memory.release_if_large()
     findings.extend(evidence.correctness_findings(mutated, aliased, subclass_types))
     weak = fixed.finding(trials)
     if weak is not None:
@@ -322,6 +300,87 @@ def correctness(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any
     corr = Correctness(passed=passed_trials == len(results), trials=len(results), trials_passed=passed_trials,
                        atol=atol, rtol=rtol, outputs=tuple(worst[k] for k in sorted(worst)), trial_results=tuple(results))
     return to_dict(corr)
+
+
+def _draw(task: Any, seed: int, device: Any, float_dtype: Any, dist: str) -> list[Any]:
+    with sub_phase("draw"):
+        inputs = make_inputs(task, seed, device, float_dtype)
+        return shift_distribution(inputs, seed) if dist == "shifted" else inputs
+
+
+def _aliases(outputs: list[Any], inputs: list[Any]) -> bool:
+    return bool(_storage_ptrs(outputs) & _storage_ptrs(inputs))
+
+
+def _trial(task: Any, model: Any, model_new: Any, device: Any, float_dtype: Any, seed: int, dist: str, order: str,
+           fixed: Any) -> tuple[list[Any], list[Any], set[int], bool, bool]:
+    """One correctness trial: (expected, got, inputs the candidate changed, candidate aliases its inputs,
+    the reference changed its inputs).
+
+    Memory (engine/worker/memory.py): one input set and one output set on the device at a time. The draw's
+    host snapshot stands in for a clone: the side that runs second gets the draw back in place (or a
+    fresh draw of the same seed), and the candidate's inputs are compared with the snapshot bit for bit
+    (candidate data: never a fingerprint). The reference's inputs before and after its call are compared
+    by fingerprint (its own code). The side that ran first waits on the host: the reference's outputs
+    (poisoned on the device, so a candidate reading freed memory finds NaN) or the candidate's."""
+    import torch
+
+    inputs = _draw(task, seed, device, float_dtype, dist)
+    with sub_phase("snapshot"):
+        snapshot = memory.host_copy(inputs)
+    mutated: set[int] = set()
+    set_reference_numerics()
+
+    def reference() -> tuple[list[Any], set[int]]:
+        with sub_phase("fingerprint"):
+            before = [observe.fingerprint(x) if isinstance(x, torch.Tensor) else None for x in inputs]
+        with sub_phase("reference"):
+            out = flatten_outputs(_run_reference(model, inputs, device))
+        with sub_phase("fingerprint"):
+            changed = {k for k, (b, x) in enumerate(zip(before, inputs, strict=True))
+                       if b is not None and observe.fingerprint(x) != b}
+        if fixed is not None:
+            with sub_phase("fixed_value"):
+                fixed.add(out)
+        return out, changed
+
+    def candidate() -> tuple[list[Any], bool]:
+        with sub_phase("candidate"):
+            got = flatten_outputs(_run_candidate(model_new, inputs, device))
+        with sub_phase("mutation"):
+            mutated.update(k for k, (x, h) in enumerate(zip(inputs, snapshot, strict=True))
+                           if isinstance(h, torch.Tensor) and not observe.bits_equal(x, h))
+        return got, _aliases(got, inputs)
+
+    def fresh_inputs() -> list[Any]:
+        nonlocal inputs
+        with sub_phase("restore"):
+            if memory.restore(inputs, snapshot):
+                return inputs
+        inputs = []
+        return _draw(task, seed, device, float_dtype, dist)
+
+    if order == "reference_first":
+        ref_out, ref_changed = reference()
+        ref_aliased = _aliases(ref_out, inputs)
+        with sub_phase("to_host"):
+            expected = memory.host_copy(ref_out)
+        _poison(ref_out)  # outputs that are its inputs' memory poison those: the candidate gets them back below
+        del ref_out
+        if ref_changed or ref_aliased:
+            inputs = fresh_inputs()
+        got, cand_aliased = candidate()
+    else:
+        got_dev, cand_aliased = candidate()
+        with sub_phase("to_host"):
+            got = memory.host_copy(got_dev)
+        del got_dev
+        inputs = fresh_inputs()
+        expected, ref_changed = reference()
+        ref_aliased = _aliases(expected, inputs)
+    # Where the reference changed an input (an in-place task), what the candidate did to it is its answer.
+    mutated -= ref_changed
+    return expected, got, mutated, cand_aliased and not ref_aliased, bool(ref_changed)
 
 
 def _run_reference(model: Any, inputs: list[Any], device: Any) -> Any:
@@ -422,7 +481,9 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
         candidate_calls, model, device, atol=atol, rtol=rtol, compare=compare_output,
         protected=_storage_ptrs([*draws[0], *draws[1], *model.parameters(), *model.buffers()]),
         sync=REAL_CLOCKS["synchronize"] if device.type == "cuda" else (lambda: None),
-        numerics=(set_reference_numerics, lambda: set_default_numerics(default_numerics)))
+        numerics=(set_reference_numerics, lambda: set_default_numerics(default_numerics)),
+        to_host=lambda values: memory.host_copy(values, wait=False),  # after() synchronizes before it compares
+        reference_mutates=REFERENCE_SEEN["mutates"])
     compiled_note = None
     if "compile" in t.get("baselines", []):
         phase("compile_baseline")
@@ -623,8 +684,8 @@ def _reservation_bytes(job: EvalJob, task: Any, init: list[Any], mem: dict[str, 
     """The evaluation's memory estimate (the memory rule's, engine/worker/memory.py), under the cap when set."""
     if "footprint_bytes" not in mem:
         mem.update(memory.meta_footprint(task, init, job.seed, _float_dtype(job.precision)))
-    need = int(memory.needed_bytes(int(mem["footprint_bytes"])))
     cap = memory.CAP.get("bytes")
+    need = int(memory.estimate_bytes(int(mem["footprint_bytes"]), int(cap) if cap else None))
     return min(need, int(cap)) if cap else need
 
 
@@ -664,6 +725,7 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
                                         "float32_matmul_precision": "highest"},
                           "eager_baseline": default_numerics}
     device = _device(job)  # its CUDA context made as a reader of the GPU lock
+    memory.start_accounting(device)  # the CPU device's tensor bytes, when asked for (memory.ACCOUNTING_ENV)
     if device.type == "cuda":
         result["gpu_name"] = torch.cuda.get_device_name(device)
     mem = result.setdefault("memory", {})
@@ -723,7 +785,7 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
     findings.extend(check_cache_reuse(
         lambda inp: _run_candidate(model_new, inp, device), lambda inp: _run_reference(model, inp, device),
         lambda seed: make_inputs(task, seed, device, _float_dtype(job.precision)),
-        atol=corr["atol"], rtol=corr["rtol"], seed=job.seed + 20_000))
+        atol=corr["atol"], rtol=corr["rtol"], seed=job.seed + 20_000, to_host=memory.host_copy))
     memory.release()
     result["timing"], result["speed_of_light"] = timing(job, task, model, model_new, device, findings, default_numerics,
                               (corr["atol"], corr["rtol"]))

@@ -1,0 +1,81 @@
+"""The memory rule on the CPU device (engine/worker/memory.py): an evaluation's peak stays within 1.25 x
+the reference's own peak, measured by the worker's CPU accounting (memory.CpuAccounting, every tensor
+an aten op returns, counted until its last tensor dies), with the copies that wait on the host (pinned
+memory on a GPU) counted apart."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
+from cudaforge.engine.worker import memory
+
+TASKS = Path(__file__).parent / "tasks"
+MIB = 1 << 20
+
+
+def test_wide_output_evaluation_peaks_within_the_rule(cpu_options: EvalOptions,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 256 KiB input, a 64 MiB output: before, the trials held the reference's output, its clone and the
+    candidate's at once (about 2 x the reference's peak); now one output is on the device at a time."""
+    from cudaforge.engine.candidate import Candidate
+    from cudaforge.engine.task import load_task
+
+    monkeypatch.setenv(memory.ACCOUNTING_ENV, "1")
+    task = TASKS / "wide_output" / "task.py"
+    cand = Candidate(source=task.read_text().replace("class Model(", "class ModelNew("), format="python")
+    result = asyncio.run(Evaluator(cpu_options).evaluate(load_task(task), cand))
+    assert result.correctness is not None and result.correctness.passed, result.message
+    assert result.timing is not None, result.message
+    m = result.memory
+    assert m is not None and m.reference_peak_bytes is not None and m.eval_peak_bytes is not None, m
+    output = 64 * 1024 * 256 * 4
+    assert output <= m.reference_peak_bytes <= output + 2 * MIB, m  # the reference's output and input
+    # The rule with the slice temporaries (memory.SLICE_TEMP_BYTES) in place of its 1 GiB of slack.
+    bound = memory.FACTOR * m.reference_peak_bytes + memory.SLICE_TEMP_BYTES
+    assert m.eval_peak_bytes <= bound, (m.eval_peak_bytes / MIB, m.reference_peak_bytes / MIB)
+    # The fit estimate bounds the measured peak; the host held the reference's outputs and input snapshots.
+    assert m.footprint_bytes is not None and memory.tight_bytes(m.footprint_bytes) >= m.eval_peak_bytes
+    assert m.needed_bytes is not None and m.needed_bytes >= m.eval_peak_bytes
+    assert m.host_peak_bytes is not None and output <= m.host_peak_bytes <= m.host_needed_bytes + 2 * MIB, m
+
+
+def test_estimate_under_a_cap_and_the_host_message() -> None:
+    gib = memory.GIB
+    # Room to spare: 1.25 x footprint + 1 GiB; under a cap that leaves no such room, the tight figure.
+    assert memory.estimate_bytes(8 * gib, None) == 11 * gib
+    assert memory.estimate_bytes(8 * gib, 24 * gib) == 11 * gib
+    assert memory.estimate_bytes(20 * gib, 24 * gib) == memory.tight_bytes(20 * gib) < 24 * gib
+    assert memory.host_needed_bytes(2 * gib, 3 * gib) == 8 * gib
+    assert memory.host_message("level1/45_x", 8 * gib, 5 * gib) == (
+        "level1/45_x needs about 8.0 GiB of host memory to evaluate (its inputs and outputs, kept on the host); "
+        "the host has 5.0 GiB available")
+
+
+def test_fused_compare_keeps_its_verdicts() -> None:
+    """compare_output in one pass per slice (statistics on the device, one host sync per output): the
+    same mismatches, worst elements and non-finite rules as before, over several slices."""
+    import torch
+    from cudaforge.engine.worker.compare import compare_output
+
+    e = torch.randn(3000, 1000)  # about three slices of observe.CHUNK_ELEMENTS
+    g = e.clone()
+    assert compare_output(0, e, g, 1e-4, 1e-4).passed
+    g.view(-1)[2_500_005] += 1.0
+    c = compare_output(0, e, g, 1e-4, 1e-4)
+    assert not c.passed and c.mismatches == 1 and c.worst[0].index == (2500, 5) and abs(c.max_abs_err - 1.0) < 1e-5
+    nan_e = e.clone()
+    nan_e.view(-1)[7] = float("nan")
+    assert compare_output(0, nan_e, nan_e.clone(), 1e-4, 1e-4).passed  # the very same NaN passes
+    nan_g = nan_e.clone()
+    nan_g.view(-1)[7] = 1.0
+    c = compare_output(0, nan_e, nan_g, 1e-4, 1e-4)
+    assert not c.passed and c.mismatches == 1 and c.max_abs_err == float("inf")
+    inf_g = e.clone()
+    inf_g.view(-1)[9] = float("inf")
+    c = compare_output(0, e, inf_g, 1e-4, 1e-4)
+    assert not c.passed and c.nonfinite_got == 1 and c.max_rel_err == float("inf")
+    ints = torch.arange(10)
+    assert compare_output(0, ints, ints.clone(), 0, 0).passed and compare_output(0, ints, ints + 1, 0, 0).mismatches == 10
