@@ -157,10 +157,10 @@ step() {
             fi
             printf '%s\t%s\n' "$(status $rc)" "$figures" ;;
         fidelity)
-            run fidelity.log "$STEP_LIMIT" "$PY" bench/timing_fidelity.py --json "$OUT/timing_fidelity.json"; rc=$?
+            run fidelity.log "$STEP_LIMIT" "$PY" bench/timing_fidelity.py --parallel "$JOBS" --json "$OUT/timing_fidelity.json"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/fidelity.log")" ;;
         adversarial)
-            run adversarial.log "$STEP_LIMIT" "$PY" bench/adversarial_table.py --parallel 4 \
+            run adversarial.log "$STEP_LIMIT" "$PY" bench/adversarial_table.py --parallel "$JOBS" \
                 --json "$OUT/adversarial.json"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 'as expected' "$OUT/adversarial.log" | cut -c1-90)" ;;
         triton)
@@ -187,7 +187,7 @@ step() {
             printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 'key-press-to-render' "$OUT/tui.log" | cut -c1-90)" ;;
         sol)
             [ -f bench/speed_of_light.py ] || { printf 'skipped\tbench/speed_of_light.py is not in this checkout\n'; return; }
-            run sol.log "$STEP_LIMIT" "$PY" bench/speed_of_light.py --json "$OUT/speed_of_light.json"; rc=$?
+            run sol.log "$STEP_LIMIT" "$PY" bench/speed_of_light.py ${KB:+--kernelbench "$KB"} --first 20 --json "$OUT/speed_of_light.json"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/sol.log")" ;;
     esac
 }
