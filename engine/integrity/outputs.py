@@ -278,6 +278,7 @@ def check_cache_reuse(
                         _mix_in_place(m.data, v, gens[key], sparse_fraction)  # .data: the version stays
                         changed = True
             del d
+            m = v = None  # the loop's names would keep this draw alive into the next draw's allocation
             if not changed:
                 break
             ok, work = probe("same_memory_sparse", work, "warn")
@@ -287,7 +288,6 @@ def check_cache_reuse(
     # land at the same addresses (a cache keyed on pointers would otherwise see "the same memory").
     fresh = make_inputs(seed + 2)
     del work
-    m = v = None  # the loops' names would keep the last input sets alive
     probe("new_memory", fresh, "fail")
     del fresh
     if constant is None:

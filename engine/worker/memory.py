@@ -649,8 +649,26 @@ def measure_reference(draw: Any, run: Any, flatten: Any, mem: dict[str, Any]) ->
     top = peak()
     if top is not None:
         mem["reference_peak_bytes"] = top - before + int(mem.get("param_bytes", 0))
+        REFERENCE_IO["peak_bytes"] = mem["reference_peak_bytes"]
     del inputs, outs
     release()
+
+
+def second_draw_fits(draw_bytes: int) -> bool:
+    """Whether timing may keep a second input draw on the device within the memory rule: the timed calls
+    hold about the reference's own peak plus that draw, which must stay under FACTOR x that peak +
+    SLACK_BYTES (half the slack is left to the L2 flush buffer and the timed-output check), and under the
+    cap when one is set. Where it does not fit, timing alternates one draw in place (integrity.runtime.
+    FlippingDraw)."""
+    ref_peak = int(REFERENCE_IO.get("peak_bytes", 0)) or int(REFERENCE_IO.get("input_bytes", 0)) + \
+        int(REFERENCE_IO.get("output_bytes", 0))
+    # On a GPU half the slack may go to the draw; the CPU device has no flush buffer or library workspaces,
+    # so there the slice temporaries are all the slack (the bound its accounting is held to).
+    slack = SLACK_BYTES // 2 if _cuda() else SLICE_TEMP_BYTES
+    if draw_bytes > (FACTOR - 1) * ref_peak + slack:
+        return False
+    cap = CAP.get("bytes")
+    return cap is None or held_allocated() + draw_bytes + ref_peak + slack <= int(cap)
 
 
 def held_allocated() -> int:

@@ -466,9 +466,17 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
 
     phase("timing")
     t = job.timing
-    # Two input draws, rotated call by call and shared by both sides (see runtime_checks.Rotation).
-    draws = [make_inputs(task, job.seed + 30_000 + k, device, _float_dtype(job.precision)) for k in (0, 1)]
-    inputs = draws[0]
+    # Two input draws, rotated call by call and shared by both sides (see runtime_checks.Rotation); where a
+    # second draw would break the memory rule, one draw whose two contents alternate in place.
+    first = make_inputs(task, job.seed + 30_000, device, _float_dtype(job.precision))
+    draws: Any
+    if memory.second_draw_fits(memory.tensor_bytes(first)):
+        draws = [first, make_inputs(task, job.seed + 30_001, device, _float_dtype(job.precision))]
+        rotation_note = "two input draws"
+    else:
+        draws = runtime_checks.FlippingDraw(first)
+        rotation_note = "one input draw, flipped in place between calls (a second would not fit the memory rule)"
+    inputs = first
     set_default_numerics(default_numerics)  # the eager baseline is timed with PyTorch's defaults
     l2 = 0
     if device.type == "cuda":
@@ -479,7 +487,8 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
     atol, rtol = runtime_checks.timed_tolerance(float(tolerance[0]), float(tolerance[1]), default_numerics, device)
     output_check = runtime_checks.TimedOutputCheck(
         candidate_calls, model, device, atol=atol, rtol=rtol, compare=compare_output,
-        protected=_storage_ptrs([*draws[0], *draws[1], *model.parameters(), *model.buffers()]),
+        protected=_storage_ptrs([*first, *(draws[1] if isinstance(draws, list) else []), *model.parameters(),
+                                  *model.buffers()]),
         sync=REAL_CLOCKS["synchronize"] if device.type == "cuda" else (lambda: None),
         numerics=(set_reference_numerics, lambda: set_default_numerics(default_numerics)),
         to_host=lambda values: memory.host_copy(values, wait=False),  # after() synchronizes before it compares
@@ -490,14 +499,15 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
         try:
             compiled = torch.compile(model)
             for _ in range(3):
-                _call(compiled, draws[0])
-            fns["compile"] = lambda: _call(compiled, draws[0])  # the reference's own inputs: no third copy
+                _call(compiled, first)
+            fns["compile"] = lambda: _call(compiled, first)  # the reference's own inputs: no third copy
         except Exception as exc:
             compiled_note = f"torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}"
         phase("timing")
     gpu_share.write(job.gpu_lock_path)  # the timed window holds the GPU alone (readers drained and synced)
     pin = ThreadPin(torch.get_num_threads()) if device.type == "cpu" else None  # both sides, every call
-    hooks = HookChain(output_check, PRECISION, *([pin] if pin is not None else []))
+    prepare = runtime_checks.RotationPrepare(fns)  # a flip happens here, outside the timed window
+    hooks = HookChain(prepare, output_check, PRECISION, *([pin] if pin is not None else []))
     interpreted = job.format == "triton" and triton_support.interpreting()
     # Noisy timing is no result: re-measured while either side's spread is over the threshold (integrity/
     # evidence.py `noisy_timing`); interpreter time makes no speed claim, so it is measured once.
@@ -508,6 +518,8 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
                                       min_time_ms=float(t.get("min_time_ms", 0.0)),
                                       max_trials=int(t["max_trials"]) if t.get("max_trials") else None, hooks=hooks),
             threshold, int(t.get("noise_retries", 0)))
+        if isinstance(draws, runtime_checks.FlippingDraw):
+            draws.frozen = True  # no flip kernels among the host-timed calls' (the CUPTI busy time)
         host, busy, kernel_note = with_kernel_timer(  # CUPTI on the host-timed calls, not in the event window
             timer, lambda flush: timer.host_times({k: fns[k] for k in ("reference", "candidate")},
                                                   int(t["host_trials"]), hooks=PRECISION, flush=flush)
@@ -549,7 +561,7 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
         comp = stats(samples["compile"], method)
         kwargs["compile_baseline"] = comp
         kwargs["speedup_vs_compile"] = comp.median_ms / cand_s.median_ms if cand_s.median_ms > 0 else None
-    settings = {"numerics": current_numerics()}
+    settings = {"numerics": current_numerics(), "input_rotation": rotation_note}
     if compiled_note:
         settings["compile_baseline_error"] = compiled_note
     low, high = (r25 / c75 if c75 > 0 else 0.0), (r75 / c25 if c25 > 0 else 0.0)
