@@ -117,7 +117,7 @@ async def test_headless_run_keeps_held_rounds_aside_and_cudaforge_rule(server: S
     assert recs[2].rerun.seeds != recs[2].result.seeds  # a fresh worker with new seeds, not the result cache
     assert not recs[2].rerun.cached
     # held rounds are not best and do not seed: round 3 built on round 1, the best stayed round 1
-    assert stopped.best_round == 1 and store.state["best_round"] == 1
+    assert stopped.best_round == 1 and store.state.best_round == 1
     assert recs[3].parent == 1 and recs[3].kind == "optimize"
     assert all(e.best_round == 1 for e in events if isinstance(e, RoundFinished))
 
@@ -129,9 +129,9 @@ async def test_headless_run_keeps_held_rounds_aside_and_cudaforge_rule(server: S
     assert [r["round"] for r in json.loads(listed)] == [2, 3]
 
     assert (await _cli("rule", str(run), "--reject", "2", "--reason", "the timer looks off", "--who", "ana"))[0] == 0
-    assert RunStore.open(run, read_only=True).state["best_round"] == 1  # rejecting keeps the previous best
+    assert RunStore.open(run, read_only=True).state.best_round == 1  # rejecting keeps the previous best
     assert (await _cli("rule", str(run), "--accept", "3", "--who", "ana"))[0] == 0
-    assert RunStore.open(run, read_only=True).state["best_round"] == 3  # accepting makes it best
+    assert RunStore.open(run, read_only=True).state.best_round == 3  # accepting makes it best
     assert (await _cli("rule", str(run), "--accept", "2"))[0] == 2  # already ruled: bad input, one line
     assert (await _cli("rule", str(run), "--accept", "1"))[0] == 2  # never held
     rulings = read_rulings(run)

@@ -123,8 +123,8 @@ async def test_a_repeated_candidate_is_marked_never_best_and_the_coder_is_told(
     assert "REPEAT: identical to round 1" in third and "Write a different candidate" in third
     # the state says what --open shows: status, best round, round count and the limit in force
     state = store.state
-    assert state["status"] == "finished" and state["rounds_done"] == 3 and state["max_rounds"] == 3
-    assert state["best_round"] == stopped.best_round and state["cancelled_round"] is None
+    assert state.status == "finished" and state.rounds_done == 3 and state.max_rounds == 3
+    assert state.best_round == stopped.best_round and state.cancelled_round is None
     # the session log is kept in the run folder
     log = read_session_log(store.path)
     assert any(line.endswith("round 1: seed") for line in log), log
