@@ -155,7 +155,9 @@ def test_gpu_memory_gb_key_flag_and_worker_note(tmp_path: Path, cpu_options: Eva
 
     for cmd in (["eval", "t.py", "c.py"], ["run", "t.py"]):
         assert build_parser().parse_args([*cmd, "--gpu-memory-gb", "24"]).gpu_memory_gb == 24.0
-    assert parse_args(["t.py", "--gpu-memory-gb", "24"]).gpu_memory_gb == 24.0  # type: ignore[union-attr]
+    task = tmp_path / "t.py"  # cudaforge-tui refuses a missing task file before it parses further
+    task.write_text("")
+    assert parse_args([str(task), "--gpu-memory-gb", "24"]).gpu_memory_gb == 24.0  # type: ignore[union-attr]
     task = REPO / "tests" / "tasks" / "axpy" / "task.py"
     cand = REPO / "tests" / "tasks" / "axpy" / "cpu.py"
     proc = subprocess.run([sys.executable, "-m", "cudaforge.engine.cli", "eval", str(task), str(cand), "--device", "cpu",
