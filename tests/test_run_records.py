@@ -148,7 +148,8 @@ async def test_the_workbench_opens_an_old_format_run_folder(tmp_path: Path) -> N
         await pilot.pause()
         m = app.model
         assert sorted(m.rounds) == [1, 2, 3]
-        assert [m.rounds[n].status for n in (1, 2, 3)] == ["ok", "no_candidate", "running"]
+        # the run is stopped: the round it left unfinished is shown 'stopped' (round_status + RoundView.abandoned)
+        assert [m.rounds[n].status for n in (1, 2, 3)] == ["ok", "no_candidate", "stopped"]
         assert m.run_id == "old-run" and m.total_rounds == 3 and m.gpu_name == ""
         assert any("status stopped" in e for e in app.log_pane.entries)
 

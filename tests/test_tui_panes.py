@@ -24,7 +24,7 @@ def test_every_registry_entry_is_in_the_strip_the_action_table_and_the_app() -> 
         action = by_id[entry.action_id]
         assert action.key == entry.key and action.description == entry.description
         assert callable(getattr(WorkbenchApp, f"action_{entry.action_id}", None))
-    assert [p.key for p in PANES] == ["1", "2", "3", "4", "5", "6"]  # the keys people know
+    assert [p.key for p in PANES] == ["1", "2", "3", "4", "5", "6", "7"]  # the keys people know
     assert effective_keys({"show_log": "f6"})["show_log"] == "f6"
 
 
