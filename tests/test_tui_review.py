@@ -40,14 +40,20 @@ def _held_and_rerun(app: WorkbenchApp, n: int) -> bool:
 
 
 async def _select(pilot, app: WorkbenchApp, n: int) -> None:  # type: ignore[no-untyped-def]
-    """Move the round tree's cursor to round n (every round here nests under round 1, in order)."""
-    app.query_one(RoundsPane).focus()
-    for _ in range(8):
-        if app.selected == n:
-            return
-        await pilot.press("up" if app.selected is None or n < app.selected else "down")
+    """Move the round tree's cursor onto round n with the arrow keys, as a person does (the tree's cursor
+    decides the direction: the selection follows the live round only while the person follows it)."""
+    tree = app.query_one(RoundsPane)
+    tree.focus()
+    await pilot.pause()
+    for _ in range(12):
+        if tree.cursor_node is not None and tree.cursor_node.data == n:
+            break
+        current = tree.cursor_node.data if tree.cursor_node is not None else None
+        await pilot.press("up" if current is None or current > n else "down")
         await pilot.pause()
-    raise AssertionError(f"could not select round {n} in the tree (selected: {app.selected})")
+    await pilot.pause()
+    cursor = tree.cursor_node.data if tree.cursor_node is not None else None
+    assert app.selected == n, f"could not select round {n} in the tree (selected: {app.selected}, cursor: {cursor})"
 
 
 async def test_a_held_round_is_ruled_in_the_review_pane(tmp_path: Path, cache_dir: Path) -> None:
