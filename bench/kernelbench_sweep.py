@@ -70,7 +70,7 @@ def expected_verdict(result: Any) -> bool:
 CHECK_PHASES = ("place", "reference", "correctness", "kernels", "fallback", "cache_probes", "shapes")
 GPU_PHASES = (*CHECK_PHASES, "timing")
 EXCLUSIVE_PHASES = ("timing", "profile")  # the phases that hold the GPU alone (a timed window, an ncu replay)
-HOLD_TOTALS = ("gpu_exclusive", "gpu_shared")  # the worker's lock-hold totals (gpu_share.seconds), not phases
+HOLD_TOTALS = ("gpu_exclusive", "gpu_shared", "gpu_yields")  # the worker's lock-hold totals (gpu_share.seconds), not phases
 MAX_JOBS = 8
 
 

@@ -110,7 +110,7 @@ class NaiveProfiler(Profiler):
 CHECKS = ("place", "reference", "correctness", "kernels", "fallback", "cache_probes", "shapes")
 WAITS = ("gpu_wait", "context_wait", "memory_wait", "timing_wait")
 SPAWN_PARTS = ("python_start", "spare_wait", "spare_handoff", "start", "context")
-NOT_STEPS = ("gpu_shared", "gpu_exclusive", *(f"spare_{k}" for k in
+NOT_STEPS = ("gpu_shared", "gpu_exclusive", "gpu_yields", *(f"spare_{k}" for k in
                                               ("python_start", "import", "lock_wait", "context", "cupti")))
 
 

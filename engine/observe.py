@@ -10,12 +10,22 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Callable
 from typing import Any
 
 CHUNK_ELEMENTS = 1 << 20  # elements per slice of a whole-tensor pass (fingerprints, compares, the fixed-value
-# probe): its temporaries (a few float64 or int64 copies of a slice) stay within tens of MiB, beside the
-# reference's own peak
+# probe) on the host: its temporaries (a few float64 or int64 copies of a slice) stay within tens of MiB,
+# beside the reference's own peak
+DEVICE_CHUNK_ELEMENTS = 1 << 22  # the same on a GPU: each slice costs ~20 kernel launches whatever its size, so
+# 1M-element slices of a 6 GiB tensor were 30k launches a pass (a minute of checks); at 4M the temporaries
+# stay within ~160 MiB (memory.TIGHT_SLACK_BYTES holds them under a cap)
 EXT_RANGE = "cudaforge_ext::"  # profiler label of extension-function calls while a BuildRecorder's `label_calls` is set
+
+
+def slice_elements(device: Any) -> int:
+    """Elements per slice of a whole-tensor pass over a tensor on `device` (a torch.device or its type)."""
+    kind = getattr(device, "type", device)
+    return DEVICE_CHUNK_ELEMENTS if kind == "cuda" else CHUNK_ELEMENTS
 
 
 def fingerprint(t: Any) -> tuple[Any, ...]:
@@ -40,8 +50,9 @@ def fingerprint(t: Any) -> tuple[Any, ...]:
             raw = raw.view(torch.int32)
     s1 = torch.zeros((), dtype=torch.int64, device=t.device)
     s2 = torch.zeros((), dtype=torch.int64, device=t.device)
-    for start in range(0, raw.numel(), CHUNK_ELEMENTS):
-        part = raw[start:start + CHUNK_ELEMENTS].to(torch.int64)
+    step = slice_elements(t.device)
+    for start in range(0, raw.numel(), step):
+        part = raw[start:start + step].to(torch.int64)
         pos = torch.arange(start, start + part.numel(), device=t.device, dtype=torch.int64)
         s1 += part.sum()
         s2 += (part * ((pos * 2654435761) % 2147483629 + 1)).sum()
@@ -63,13 +74,30 @@ def bits_equal(a: Any, b: Any) -> bool:
         return True
     fa = a.detach().contiguous().view(-1).view(torch.uint8)
     fb = b.detach().contiguous().view(-1).view(torch.uint8)
-    step = CHUNK_ELEMENTS * 4
+    step = slice_elements(fa.device) * 4
     if fa.device.type == "cpu" and fb.device.type == "cpu":  # no host sync to save: no mask either
         return all(torch.equal(fa[i:i + step], fb[i:i + step]) for i in range(0, fa.numel(), step))
     differ = torch.zeros((), dtype=torch.bool, device=fa.device)
     for i in range(0, fa.numel(), step):
         differ |= (fa[i:i + step] != fb[i:i + step].to(fa.device, non_blocking=True)).any()
     return not bool(differ)
+
+
+# ------------------------------------------------------------------ step boundaries
+
+_CHECKPOINTS: list[Callable[[], None]] = []
+
+
+def on_checkpoint(fn: Callable[[], None]) -> None:
+    """Have `fn` called at every step boundary of the checks (the worker: let a waiting timed window go)."""
+    if fn not in _CHECKPOINTS:
+        _CHECKPOINTS.append(fn)
+
+
+def checkpoint() -> None:
+    """A step boundary of side-by-side work (a trial, a probe, a phase): no tensor of the step is in flight."""
+    for fn in _CHECKPOINTS:
+        fn()
 
 
 # ------------------------------------------------------------------ what launched

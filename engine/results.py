@@ -169,7 +169,8 @@ class Memory:
     """Device memory of one evaluation (bytes, from PyTorch's allocator; None off CUDA).
 
     The design's bound: (eval_peak_bytes - 1 GiB) <= 1.25 x reference_peak_bytes. The footprint (inputs +
-    outputs + parameters, counted on the meta device) decides before the build whether the task fits."""
+    the forward's tensors at most + the reference's and the candidate's parameters, counted on the meta
+    device) decides before the build whether the task fits."""
 
     reference_peak_bytes: int | None = None  # one reference call with its inputs, outputs and parameters
     eval_peak_bytes: int | None = None  # the whole evaluation
@@ -188,8 +189,10 @@ class Memory:
     note: str = ""  # e.g. the cap ignored on the CPU device
     reference_call_s: float | None = None  # the measured reference call's wall time
     process_peak_bytes: int | None = None  # CUDA: the process's device memory as NVML counts it (context included)
-    host_needed_bytes: int | None = None  # host memory for the pinned copies (inputs + 2 x outputs)
+    host_needed_bytes: int | None = None  # host memory for the pinned copies (2 x inputs + 3 x outputs)
     host_peak_bytes: int | None = None  # CPU device with accounting: the bytes the host copies held at most
+    forward_peak_bytes: int | None = None  # the reference forward's own tensors at most, counted on the meta device
+    phase_peak_bytes: dict[str, int] = field(default_factory=dict)  # each worker phase's own peak: which step set it
 
 
 @dataclass(frozen=True)

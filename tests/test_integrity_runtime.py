@@ -11,6 +11,14 @@ from cudaforge.engine.integrity.outputs import check_cache_reuse, check_constant
 from cudaforge.engine.results import Finding
 
 TOL = {"atol": 1e-4, "rtol": 1e-4}
+LAYOUT = {"fresh_beside": True}
+
+
+@pytest.fixture(autouse=True, params=[True, False], ids=["fresh-beside", "fresh-offset"])
+def _new_memory_layout(request: pytest.FixtureRequest) -> None:
+    """Every probe test with both layouts of the new-memory probe: its draw made beside the probed inputs
+    (a second input set fits the memory rule) or brought back from the host at offset addresses."""
+    LAYOUT["fresh_beside"] = request.param
 
 
 def reference(inputs: list[Any]) -> Any:
@@ -25,7 +33,7 @@ def make_inputs(seed: int) -> list[Any]:
 
 def probe(candidate: Callable[[list[Any]], Any], ref: Callable[[list[Any]], Any] = reference,
           make: Callable[[int], list[Any]] = make_inputs) -> dict[str, Finding]:
-    findings = check_cache_reuse(candidate, ref, make, **TOL)
+    findings = check_cache_reuse(candidate, ref, make, **TOL, fresh_beside=LAYOUT["fresh_beside"])
     return {f.name: f for f in findings}
 
 

@@ -48,7 +48,7 @@ def test_estimate_under_a_cap_and_the_host_message() -> None:
     assert memory.estimate_bytes(8 * gib, None) == 11 * gib
     assert memory.estimate_bytes(8 * gib, 24 * gib) == 11 * gib
     assert memory.estimate_bytes(20 * gib, 24 * gib) == memory.tight_bytes(20 * gib) < 24 * gib
-    assert memory.host_needed_bytes(2 * gib, 3 * gib) == 8 * gib
+    assert memory.host_needed_bytes(2 * gib, 3 * gib) == 13 * gib  # two input sets, three outputs
     assert memory.host_message("level1/45_x", 8 * gib, 5 * gib) == (
         "level1/45_x needs about 8.0 GiB of host memory to evaluate (its inputs and outputs, kept on the host); "
         "the host has 5.0 GiB available")
@@ -100,11 +100,11 @@ def test_wide_input_evaluation_peaks_within_the_rule(cpu_options: EvalOptions,
     assert not [f for f in result.findings if f.name == "timing_output_mismatch"], result.findings
     m = result.memory
     assert m is not None and m.reference_peak_bytes is not None and m.eval_peak_bytes is not None, m
-    # Timing adds no input set now. What is left above the rule: the cache probes draw their next inputs
-    # while the probed ones are alive (same-memory writes, and fresh addresses for the new-memory probe),
-    # so the peak is the reference's plus one input set (it was two more before: 192 MiB here).
-    one_more_set = m.reference_peak_bytes + 64 * MIB + memory.SLICE_TEMP_BYTES
-    assert m.eval_peak_bytes <= one_more_set, (m.eval_peak_bytes / MIB, m.reference_peak_bytes / MIB)
+    # No step adds an input set: timing flips its one draw, the kernel and fallback checks draw afresh
+    # instead of cloning, and the cache probes bring their other draws back from the host (new tensors at
+    # offset addresses for the new-memory probe). The rule, with the slices' temporaries for its slack.
+    bound = memory.FACTOR * m.reference_peak_bytes + memory.SLICE_TEMP_BYTES
+    assert m.eval_peak_bytes <= bound, (m.eval_peak_bytes / MIB, m.reference_peak_bytes / MIB)
 
 
 def test_flipping_draw_alternates_two_contents_in_place() -> None:
@@ -125,3 +125,33 @@ def test_flipping_draw_alternates_two_contents_in_place() -> None:
     before = x.clone()
     rot.peek(), rot()
     assert torch.equal(x, before)  # frozen: the content it holds stays, no flip
+
+
+def test_footprint_counts_the_forward_passes_intermediates_and_both_parameter_copies() -> None:
+    """An attention-like task: its scores (batch x n x n) dwarf its output (batch x n x d); the footprint
+    the estimate is made from counts them (on the meta device), and the parameters twice (the reference's
+    and the candidate's)."""
+    import types
+
+    import torch
+    from torch import nn
+
+    batch, n, d = 4, 512, 16
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Linear(d, d, bias=False)
+
+        def forward(self, q: torch.Tensor) -> torch.Tensor:
+            scores = torch.softmax(q @ q.transpose(1, 2), dim=-1)  # batch x n x n
+            return self.proj(scores @ q)
+
+    task = types.SimpleNamespace(Model=Model, get_inputs=lambda: [torch.randn(batch, n, d)], get_init_inputs=lambda: [])
+    fp = memory.meta_footprint(task, [], seed=0)
+    scores = batch * n * n * 4
+    inputs = outputs = batch * n * d * 4
+    params = d * d * 4
+    assert fp["input_bytes"] == inputs and fp["output_bytes"] == outputs and fp["param_bytes"] == params, fp
+    assert scores <= fp["forward_peak_bytes"] <= 3 * scores, fp  # the scores and their softmax, at most
+    assert fp["footprint_bytes"] == inputs + fp["forward_peak_bytes"] + 2 * params, fp

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from cudaforge.engine.integrity.registry import finding
-from cudaforge.engine.observe import CHUNK_ELEMENTS
+from cudaforge.engine.observe import slice_elements
 from cudaforge.engine.results import Finding, Severity
 
 SPARSE_ROUNDS = 3  # sparse same-memory probes of check_cache_reuse, each with its own random mask
@@ -28,7 +28,9 @@ def _flat(out: Any) -> list[Any]:
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
-_SLICE = CHUNK_ELEMENTS  # elements per slice of a whole-tensor check (no full-size temporaries)
+def _slice(t: Any) -> int:
+    """Elements per slice of a whole-tensor check over `t` (no full-size temporaries)."""
+    return slice_elements(t.device)
 
 
 def _mix_in_place(m: Any, v: Any, gen: Any, fraction: float) -> None:
@@ -42,13 +44,38 @@ def _mix_in_place(m: Any, v: Any, gen: Any, fraction: float) -> None:
         mask.view(-1)[int(torch.randint(m.numel(), (1,), generator=gen, device=m.device))] = True
         m.copy_(torch.where(mask, v.to(m.device), m))
         return
-    flat, src = m.view(-1), v.reshape(-1).to(m.device)
-    for start in range(0, flat.numel(), _SLICE):
-        n = min(_SLICE, flat.numel() - start)
+    flat, src = m.view(-1), v.reshape(-1)  # `v` may wait on the host: it comes over slice by slice
+    step = _slice(m)
+    for start in range(0, flat.numel(), step):
+        n = min(step, flat.numel() - start)
         mask = torch.rand(n, generator=gen, device=m.device) < fraction
-        flat[start:start + n] = torch.where(mask, src[start:start + n], flat[start:start + n])
+        part = src[start:start + n].to(m.device, non_blocking=True)
+        flat[start:start + n] = torch.where(mask, part, flat[start:start + n])
+        del part
     i = int(torch.randint(flat.numel(), (1,), generator=gen, device=m.device))
-    flat[i] = src[i]
+    flat[i] = src[i].to(m.device)
+
+
+OFFSET_BYTES = 4096  # where new_memory's tensors start in memory they may share with the freed inputs'
+
+
+def _offset_copy(host: Any, device: Any) -> Any:
+    """`host`'s values in a new tensor on `device` whose data (and storage) start OFFSET_BYTES past the
+    start of its allocation: never at the address of a tensor freed just before, though the allocator
+    may hand back the same memory. The allocation lives as long as the tensor (DLPack's owner)."""
+    import torch
+    from torch.utils import dlpack
+
+    nbytes = host.numel() * host.element_size()
+    buf = torch.empty(nbytes + OFFSET_BYTES, dtype=torch.uint8, device=device)
+    view = buf[OFFSET_BYTES:].view(host.dtype).view(host.shape)
+    view.copy_(host)
+    try:
+        out = dlpack.from_dlpack(dlpack.to_dlpack(view))  # its own storage, starting at the view's data
+    except Exception:  # a dtype DLPack cannot carry: the view (its data pointer still differs)
+        return view
+    out._cudaforge_allocation = buf  # the memory's one owner, alive as long as the tensor (and counted once)
+    return out
 
 
 def _match(expected: list[Any], got: list[Any], atol: float, rtol: float) -> bool:
@@ -65,9 +92,10 @@ def _match(expected: list[Any], got: list[Any], atol: float, rtol: float) -> boo
             return False
         where = e.device if e.device.type != "cpu" else g.device  # a host copy comes over slice by slice
         ef, gf = e.detach().reshape(-1), g.detach().reshape(-1)
-        for start in range(0, ef.numel(), _SLICE):
-            es = ef[start:start + _SLICE].to(where, non_blocking=True)
-            gs = gf[start:start + _SLICE].to(where, non_blocking=True)
+        step = slice_elements(where)
+        for start in range(0, ef.numel(), step):
+            es = ef[start:start + step].to(where, non_blocking=True)
+            gs = gf[start:start + step].to(where, non_blocking=True)
             if e.is_floating_point() or e.is_complex():
                 work = torch.float64 if e.dtype == torch.float64 else torch.float32
                 if not bool(torch.isclose(gs.to(work), es.to(work), rtol=rtol, atol=atol, equal_nan=True).all()):
@@ -83,8 +111,9 @@ def _finite_range(t: Any) -> tuple[float, float, int]:
 
     flat = t.detach().reshape(-1)
     lo, hi, count = float("inf"), float("-inf"), 0
-    for start in range(0, flat.numel(), _SLICE):
-        part = flat[start:start + _SLICE]
+    step = _slice(flat)
+    for start in range(0, flat.numel(), step):
+        part = flat[start:start + step]
         finite = torch.isfinite(part)
         if not bool(finite.all()):
             part = part[finite]
@@ -105,7 +134,8 @@ def _constant_values(got: list[Any]) -> list[float | None]:
             values.append(None)
             continue
         gf = g.detach().reshape(-1)
-        same = all(bool((gf[i:i + _SLICE] == gf[0]).all()) for i in range(0, gf.numel(), _SLICE))
+        step = _slice(gf)
+        same = all(bool((gf[i:i + step] == gf[0]).all()) for i in range(0, gf.numel(), step))
         values.append(float(gf[0]) if same else None)
     return values
 
@@ -154,6 +184,7 @@ def check_cache_reuse(
     seed: int = 20_000,
     sparse_fraction: float = 1 / 16,
     to_host: Callable[[list[Any]], list[Any]] | None = None,
+    fresh_beside: bool = True,
 ) -> list[Finding]:
     """Probe the candidate for results cached across calls; returns findings (empty when clean).
 
@@ -166,10 +197,17 @@ def check_cache_reuse(
        counters unchanged), so a cache keyed on data_ptr/id/storage/_version returns A's result.
        After each candidate call its inputs get the probe's values back the same way, and the reference
        runs on them (`to_host(values)` makes the host snapshots; default: clones).
-    3. same_memory_sparse: A's values with ~1/16 of the floating-point elements replaced from another
-       draw, in the same memory: defeats caches that validate a few sampled elements (up to
-       SPARSE_ROUNDS times, each with a new mask, while the candidate stays right).
+    3. same_memory_sparse: B's values (as the reference left them) with ~1/16 of the floating-point
+       elements replaced from draw A, in the same memory: defeats caches that validate a few sampled
+       elements (up to SPARSE_ROUNDS times, each with a new mask, while the candidate stays right).
     4. new_memory: a fresh draw in new tensors: defeats caches keyed on shape.
+
+    One input set on the device at a time: B is drawn first and waits on the host (`to_host`) while A
+    is drawn and probed; A's host snapshot is the sparse rounds' donor. Draw C (seed+2) must not land at
+    A's addresses (a cache that recomputes on the same pointers and serves its entry on new ones would
+    pass): with `fresh_beside` (a second input set fits the memory rule) it is drawn while A's tensors
+    live; else it is drawn first too, waits on the host, and comes back into new tensors placed past the
+    start of whatever memory they get (OFFSET_BYTES), each with its own storage, once A's are gone.
 
     A wrong probe whose output equals the previous call's output exactly, while the reference's outputs
     differ, is `result_cache` (fail). Any other wrong probe is `inconsistent_output` (fail for the
@@ -178,7 +216,7 @@ def check_cache_reuse(
     Exceptions raised by the callables propagate (the worker classifies them).
     """
     import torch
-    from cudaforge.engine.observe import fingerprint
+    from cudaforge.engine.observe import checkpoint, fingerprint
 
     def snapshot(values: list[Any]) -> list[Any]:
         return to_host(values) if to_host is not None else \
@@ -201,6 +239,14 @@ def check_cache_reuse(
     # while the reference runs on the same inputs, written back from their host snapshot; the
     # reference's previous output waits there too. The candidate's previous output is a fingerprint.
     findings: list[Finding] = []
+    b = make_inputs(seed + 1)
+    b_host = snapshot(b)  # waits on the host until it is written into A's memory
+    del b
+    c_host = None
+    if not fresh_beside:
+        c = make_inputs(seed + 2)
+        c_host = snapshot(c)
+        del c
     work = make_inputs(seed)
     saved = snapshot(work)
     first = _flat(run_candidate(work))
@@ -221,6 +267,7 @@ def check_cache_reuse(
         """The candidate on `inputs`, then the reference on the same values written back; returns whether
         the candidate was right and the inputs as the reference left them."""
         nonlocal out_prev, ref_prev
+        checkpoint()  # a step boundary: a timed window waiting elsewhere goes first
         values = snapshot(inputs)
         got = _flat(run_candidate(inputs))
         got_print = prints(got)
@@ -251,43 +298,45 @@ def check_cache_reuse(
         out_prev, ref_prev = got_print, ref
         return ok, inputs
 
-    del saved
-    b = make_inputs(seed + 1)
-    same_shapes = len(work) == len(b) and all(
+    same_shapes = len(work) == len(b_host) and all(
         not isinstance(x, torch.Tensor) or (isinstance(y, torch.Tensor) and x.shape == y.shape and x.dtype == y.dtype)
-        for x, y in zip(work, b, strict=True))
+        for x, y in zip(work, b_host, strict=True))
     if same_shapes and _tensors(work):
-        write(work, b)
-        del b
+        write(work, b_host)
+        del b_host
         ok, work = probe("same_memory", work, "fail")
         # The sparse mixes start from b as the reference left it (in `work` now): both sides see the same values.
         gens: dict[str, Any] = {}  # one per device: masks drawn where the inputs live, never on the host
         # Up to SPARSE_ROUNDS sparse changes with independent masks: a cache validated by k sampled
         # elements survives one with probability (1 - sparse_fraction)^k, all of them with its cube.
-        for round_ in range(SPARSE_ROUNDS):
+        for _ in range(SPARSE_ROUNDS):
             if not ok:
                 break
-            d = make_inputs(seed + 2 + round_)
             changed = False
             with torch.no_grad():
-                for m, v in zip(work, d, strict=True):
+                for m, v in zip(work, saved, strict=True):
                     if isinstance(m, torch.Tensor) and m.is_floating_point() and m.numel() > 0:
                         key = str(m.device)
                         if key not in gens:
                             gens[key] = torch.Generator(device=m.device).manual_seed(seed)
                         _mix_in_place(m.data, v, gens[key], sparse_fraction)  # .data: the version stays
                         changed = True
-            del d
-            m = v = None  # the loop's names would keep this draw alive into the next draw's allocation
+            m = v = None  # the loop's names would keep the last input alive
             if not changed:
                 break
             ok, work = probe("same_memory_sparse", work, "warn")
     else:
-        del b
-    # The new-memory probe's inputs are allocated while the last probe's are still alive, so they cannot
-    # land at the same addresses (a cache keyed on pointers would otherwise see "the same memory").
-    fresh = make_inputs(seed + 2)
-    del work
+        del b_host
+    del saved
+    if c_host is None:
+        fresh = make_inputs(seed + 2)  # allocated while the probed inputs live: other addresses
+        del work
+    else:
+        devices = [x.device if isinstance(x, torch.Tensor) else None for x in work]
+        del work
+        fresh = [_offset_copy(h, d) if isinstance(h, torch.Tensor) and d is not None else h
+                 for h, d in zip(c_host, devices, strict=True)]
+        del c_host
     probe("new_memory", fresh, "fail")
     del fresh
     if constant is None:

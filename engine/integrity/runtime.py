@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cudaforge.engine.integrity.registry import finding
-from cudaforge.engine.observe import CHUNK_ELEMENTS, EXT_RANGE, custom_launches
+from cudaforge.engine.observe import EXT_RANGE, custom_launches, slice_elements
 from cudaforge.engine.results import Finding
 
 # ------------------------------------------------------------------ pytorch_fallback
@@ -171,7 +171,7 @@ class FlippingDraw:
     point tensors are reversed in place (flattened: every dimension flipped) between the two contents, so
     a cache keyed on the inputs' content still never hits. Every value stays one the task drew, and a
     full flip keeps symmetry, row sums and positive-definiteness; integer and non-contiguous tensors stay
-    as they are. The flip runs in slices (CHUNK_ELEMENTS): no full-size temporary."""
+    as they are. The flip runs in slices (observe.slice_elements): no full-size temporary."""
 
     def __init__(self, inputs: list[Any]) -> None:
         self.inputs, self.parity, self.flips = inputs, 0, 0
@@ -195,9 +195,10 @@ def _flip_in_place(x: Any) -> None:
         return
     flat = x.detach().view(-1)
     n = flat.numel()
+    step = slice_elements(x.device)
     with torch.no_grad():
-        for lo in range(0, n // 2, CHUNK_ELEMENTS):
-            size = min(CHUNK_ELEMENTS, n // 2 - lo)
+        for lo in range(0, n // 2, step):
+            size = min(step, n // 2 - lo)
             head, tail = flat[lo:lo + size], flat[n - lo - size:n - lo]
             saved = head.clone()
             head.copy_(tail.flip(0))
@@ -439,7 +440,7 @@ class FixedValueProbe:
             flat = t.detach().reshape(-1)
             # In slices (no full-size temporaries), the bounds kept on the device: one host sync per output.
             acc = torch.tensor([float("-inf"), float("inf"), 1.0], dtype=torch.float64, device=flat.device)
-            step = CHUNK_ELEMENTS // 4  # float64 temporaries: a few of a quarter slice each
+            step = slice_elements(flat.device) // 4  # float64 temporaries: a few of a quarter slice each
             for start in range(0, flat.numel(), step):
                 e = flat[start:start + step].double()
                 tol = e.abs().mul_(self.rtol).add_(self.atol)
@@ -578,13 +579,14 @@ def shape_findings(task: Any, source: str, path: str, init: list[Any], model: An
                    candidate_cls: Any, *, prepare: Callable[[Any], Any], inputs_for: Callable[[Any], list[Any]],
                    run_reference: Callable[[Any, list[Any]], Any], run_candidate: Callable[[Any, list[Any]], Any],
                    compare: Callable[[list[Any], list[Any]], str], copy_parameters: Callable[[Any, Any], Any],
-                   seed: int) -> list[Finding]:
+                   seed: int, evict: Callable[[], None] = lambda: None) -> list[Finding]:
     """`shape_specialized` when the candidate is wrong, crashes or refuses at a second, smaller set of sizes
     at which the reference works; a `shape_check_skipped` note when the sizes cannot be changed.
 
     `prepare(model)` moves a fresh model to the device/dtype; `inputs_for(module)` draws one input set from
     a task module; `compare(expected, got)` returns "" or the first mismatch; `run_candidate` raises the
-    worker's CandidateFailure on an exception in the candidate.
+    worker's CandidateFailure on an exception in the candidate. `evict()` frees the full-size models'
+    memory before models of the new sizes are built (they are not used again).
     """
     constants = size_constants(task, source)
     if not constants:
@@ -601,6 +603,7 @@ def shape_findings(task: Any, source: str, path: str, init: list[Any], model: An
         ref_model = model
         rebuild = not _same_values(new_init, list(init))
         if rebuild:
+            evict()
             torch.manual_seed(seed)
             ref_model = prepare(variant.Model(*new_init))
         expected = _flat(run_reference(ref_model, [x.clone() if hasattr(x, "clone") else x for x in inputs]))

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from cudaforge.engine.observe import CHUNK_ELEMENTS
+from cudaforge.engine.observe import slice_elements
 from cudaforge.engine.results import OutputCheck, WorstElement
 
-_CHUNK = CHUNK_ELEMENTS  # elements per compared slice: ~30 MiB of temporaries at most
+_CHUNK: int | None = None  # elements per compared slice where set (tests); else observe.slice_elements
 
 DEFAULT_TOLERANCE = {"fp32": (1e-4, 1e-4), "fp16": (1e-2, 1e-2), "bf16": (2e-2, 2e-2)}
 
@@ -48,9 +48,10 @@ def compare_output(index: int, expected: Any, got: Any, atol: float, rtol: float
     stats = torch.zeros(4, dtype=torch.float64, device=where)  # mismatches, non-finite, max abs, max rel
     top_vals: list[Any] = []
     top_idx: list[Any] = []
-    for start in range(0, numel, _CHUNK):
-        e = ef[start:start + _CHUNK].to(device=where, dtype=work, non_blocking=True)
-        g = gf[start:start + _CHUNK].to(device=where, dtype=work, non_blocking=True)
+    chunk = _CHUNK or slice_elements(where)
+    for start in range(0, numel, chunk):
+        e = ef[start:start + chunk].to(device=where, dtype=work, non_blocking=True)
+        g = gf[start:start + chunk].to(device=where, dtype=work, non_blocking=True)
         part, diff = _compare_slice(e, g, exact, atol, rtol)
         stats[:2] += part[:2]
         stats[2:] = torch.maximum(stats[2:], part[2:])

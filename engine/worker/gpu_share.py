@@ -48,6 +48,22 @@ def read(lock_path: str | None, wait_phase: str = "gpu_wait") -> None:
     _switch(lock_path, READ, wait_phase)
 
 
+def yield_to_writers() -> None:
+    """At a step boundary of side-by-side work: when another worker's timed window (or ncu run) waits,
+    let the read hold go (after a device sync) and queue behind it. A reader that kept its hold through a
+    whole correctness phase made every timed window wait for that phase (the writers' wait was most of a
+    sweep's time); now a writer waits at most one step."""
+    from cudaforge.engine.gpu.rwlock import READ, writer_waiting
+
+    hold = _STATE["hold"]
+    if hold is None or not hold.held or hold.kind != READ or not writer_waiting(hold.lock_path):
+        return
+    lock_path = hold.lock_path
+    release_hold()
+    read(lock_path, "gpu_wait")
+    _STATE["yields"] = _STATE.get("yields", 0) + 1
+
+
 def write(lock_path: str | None, wait_phase: str = "timing_wait") -> None:
     """Hold the GPU alone: a timed window or an ncu run."""
     from cudaforge.engine.gpu.rwlock import WRITE
@@ -105,7 +121,8 @@ def release_all() -> None:
 def seconds() -> dict[str, float]:
     """Seconds this worker held the GPU side by side (`gpu_shared`) and alone (`gpu_exclusive`) so far, the
     current hold included; empty when it never held it (the CPU device)."""
-    totals = {"gpu_shared": _STATE["shared_s"], "gpu_exclusive": _STATE["exclusive_s"]}
+    totals = {"gpu_shared": _STATE["shared_s"], "gpu_exclusive": _STATE["exclusive_s"],
+              "gpu_yields": float(_STATE.get("yields", 0))}
     hold = _STATE["hold"]
     if hold is not None and hold.held:
         totals["gpu_exclusive" if hold.kind == "write" else "gpu_shared"] += time.monotonic() - _STATE["since"]

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +50,14 @@ def phases() -> dict[str, float]:
     return _PHASES
 
 
+PHASE_END_HOOKS: list[Callable[[str], None]] = []  # called with a phase's name as it ends (memory.py: its peak)
+
+
 def phase(name: str) -> None:
     """Record the start of a phase (for per-phase time limits and for crash reports)."""
+    if _PHASE_START[0] is not None:
+        for hook in PHASE_END_HOOKS:
+            hook(_PHASE_START[0])
     now = time.perf_counter()
     if _PHASE_START[0] is not None:
         _PHASES[_PHASE_START[0]] = round(_PHASES.get(_PHASE_START[0], 0.0) + now - _PHASE_START[1], 4)

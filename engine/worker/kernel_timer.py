@@ -142,25 +142,38 @@ class KernelTimer:
 R = TypeVar("R")
 
 
-def with_kernel_timer(timer: Any, run: Callable[[Callable[[], None] | None], R]) -> tuple[R, dict[str, list[float]], str]:
+def with_kernel_timer(timer: Any, run: Callable[[Callable[[], None] | None], R],
+                      done: Callable[[], None] = lambda: None,
+                      part: Callable[[str], Any] = lambda name: contextlib.nullcontext()
+                      ) -> tuple[R, dict[str, list[float]], str]:
     """`run(flush)` (the host-timed calls, given the flush to use) with CUPTI collecting: (its result,
-    name -> busy ms per call, "" or why the timer is absent). Only the candidate's and reference's own
-    exceptions leave here; a profiler that cannot start or be read leaves the timer absent."""
+    name -> busy ms per call, "" or why the timer is absent). `done()` is called once the device work is
+    over and before the records are read (the caller lets its exclusive hold go there: reading them is
+    host work); `part(name)` times the steps (the worker's sub-phases). Only the candidate's and
+    reference's own exceptions leave here; a profiler that cannot start or be read leaves the timer absent."""
     if not timer.cuda:
-        return run(None), {}, "absent: the CPU device launches no kernels"
+        out = run(None)
+        done()
+        return out, {}, "absent: the CPU device launches no kernels"
     kernel_timer = None
     try:
-        kernel_timer = KernelTimer(timer)
-        kernel_timer.start()
+        with part("cupti_start"):
+            kernel_timer = KernelTimer(timer)
+            kernel_timer.start()
     except Exception as exc:
         if kernel_timer is not None:
             with contextlib.suppress(Exception):
                 kernel_timer.stop()  # a profiler half started is closed before the calls run
-        return run(None), {}, f"absent: the profiler did not start: {type(exc).__name__}: {str(exc)[:120]}"
+        out = run(None)
+        done()
+        return out, {}, f"absent: the profiler did not start: {type(exc).__name__}: {str(exc)[:120]}"
     try:
-        out = run(kernel_timer.flush)
+        with part("host_calls"):
+            out = run(kernel_timer.flush)
     finally:
-        with contextlib.suppress(Exception):
+        with part("cupti_stop"), contextlib.suppress(Exception):
             kernel_timer.stop()
-    busy = kernel_timer.busy(list(timer.host_order))
+    done()
+    with part("cupti_read"):
+        busy = kernel_timer.busy(list(timer.host_order))
     return out, busy, f"absent: {kernel_timer.note}" if kernel_timer.note else ""

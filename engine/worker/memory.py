@@ -229,15 +229,84 @@ def meta_footprint(task: Any, init: list[Any], seed: int, float_dtype: Any = Non
     if out["reason"]:
         out["footprint_bytes"] = out["input_bytes"] + out["param_bytes"]
         return out
+    forward = MetaPeak()
     try:
-        with torch.no_grad(), torch.device("meta"), _fast_meta_rnns():
+        with torch.no_grad(), torch.device("meta"), _fast_meta_rnns(), forward:
             result = model(*inputs)
         out["output_bytes"] = tensor_bytes(result)
+        out["forward_peak_bytes"] = max(forward.top, out["output_bytes"])
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [""])[0][:160]
         out["reason"] = f"the forward pass cannot run on the meta device ({type(exc).__name__}: {first})"
-    out["footprint_bytes"] = out["input_bytes"] + out["output_bytes"] + out["param_bytes"]
+    # The reference's own peak (its inputs, its forward's tensors at most, its parameters) and the
+    # candidate's copy of the parameters (a ModelNew keeps the reference's, copied in by name).
+    out["footprint_bytes"] = out["input_bytes"] + max(out["output_bytes"], out.get("forward_peak_bytes", 0)) + \
+        2 * out["param_bytes"]
     return out
+
+
+class MetaPeak:
+    """The most bytes a forward pass on the meta device holds at once in tensors it made: every aten op's
+    outputs are counted once per storage until the last tensor on it dies (as CpuAccounting does for the
+    CPU device). Attention scores, conv activations and other intermediates show here, which outputs
+    alone miss (level3/31_VisionAttention: 16 GiB of scores for a 16 MiB output). Library workspaces
+    (cuBLAS, cuDNN) do not: the rule's slack holds them."""
+
+    def __init__(self) -> None:
+        self.alive: dict[int, list[int]] = {}
+        self.current = self.top = 0
+        self._mode: Any = None
+
+    def __enter__(self) -> MetaPeak:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        peak = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                result = func(*args, **(kwargs or {}))
+                peak.note(result)
+                return result
+
+        self._mode = _Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._mode.__exit__(*exc)
+
+    def note(self, value: Any) -> None:
+        import weakref
+
+        import torch
+
+        if isinstance(value, (list, tuple)):
+            for v in value:
+                self.note(v)
+            return
+        if not isinstance(value, torch.Tensor):
+            return
+        try:
+            storage = value.untyped_storage()
+            key, nbytes = storage._cdata, storage.nbytes()
+        except (RuntimeError, AttributeError, NotImplementedError):
+            return
+        entry = self.alive.get(key)
+        if entry is None:
+            entry = self.alive[key] = [nbytes, 0]
+            self.current += nbytes
+            self.top = max(self.top, self.current)
+        entry[1] += 1
+        weakref.finalize(value, self._drop, key)
+
+    def _drop(self, key: int) -> None:
+        entry = self.alive.get(key)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] <= 0:
+            del self.alive[key]
+            self.current -= entry[0]
 
 
 @contextlib.contextmanager
@@ -294,9 +363,10 @@ def tight_bytes(footprint: int) -> int:
 
 
 def host_needed_bytes(input_bytes: int, output_bytes: int) -> int:
-    """Host memory an evaluation holds beside the task's own: the pinned snapshot of one input set and
-    the reference's (or candidate's) outputs, twice over for the candidate-first trials."""
-    return input_bytes + 2 * output_bytes
+    """Host memory an evaluation holds beside the task's own: the pinned copies that stand in for a
+    second set on the device. At most two input sets (a snapshot and a probe's next draw, or the sparse
+    donor) and three outputs (the cache probes' previous outputs beside the one being compared)."""
+    return 2 * input_bytes + 3 * output_bytes
 
 
 def host_available_bytes() -> int | None:
@@ -400,6 +470,10 @@ class CpuAccounting:
                 return
             entry = self.alive.get(ptr)
             if entry is None:
+                owner = self._within(ptr, nbytes)
+                if owner is not None:  # a second storage over counted memory (a DLPack re-wrap): its owner's
+                    ptr, entry = owner, self.alive[owner]
+            if entry is None:
                 entry = self.alive[ptr] = [nbytes, 0, int(self.host_side)]
                 if self.host_side:
                     self.host_current += nbytes
@@ -409,6 +483,13 @@ class CpuAccounting:
                     self.top = max(self.top, self.current)
             entry[1] += 1
             weakref.finalize(out, self._drop, ptr)
+
+    def _within(self, ptr: int, nbytes: int) -> int | None:
+        """The counted allocation that holds [ptr, ptr + nbytes), if any."""
+        for start, (size, _, _) in self.alive.items():
+            if start <= ptr and ptr + nbytes <= start + size:
+                return start
+        return None
 
     def _drop(self, ptr: int) -> None:
         entry = self.alive.get(ptr)
@@ -449,6 +530,21 @@ def reset_peak() -> None:
         CPU_ACCOUNTING.top = CPU_ACCOUNTING.current
 
 
+PHASE_PEAKS: dict[str, int] = {}  # each phase's own peak (bytes): which step of the evaluation set its peak
+
+
+def note_phase_peak(ended: str) -> None:
+    """At a phase's end (harness.PHASE_END_HOOKS): its peak is kept, the evaluation's too, and the next
+    phase starts from what is allocated now."""
+    top = peak()
+    if top is None:
+        return
+    if ended not in ("done",):
+        PHASE_PEAKS[ended] = max(PHASE_PEAKS.get(ended, 0), top)
+    _EVAL_PEAK[0] = max(_EVAL_PEAK[0], top)
+    reset_peak()
+
+
 def peak() -> int | None:
     """The allocator's peak since reset_peak (CUDA), or the CPU accounting's (None without either)."""
     import torch
@@ -470,13 +566,16 @@ def release_if_large() -> None:
         release()
 
 
-def release() -> None:
+def release(full: bool = False) -> None:
     """Give cached device memory back to the driver: called between steps that hold large tensors and
-    before the worker lets the GPU lock go (the next evaluation must find the card free)."""
+    (`full`: every generation collected) before the worker lets the GPU lock go (the next evaluation
+    must find the card free)."""
     import torch
 
     if torch.cuda.is_available() and torch.cuda.is_initialized():  # host memory is freed by refcounts
-        gc.collect()
+        # The young generations only: what a step left in reference cycles is young. A full collection
+        # walks every object torch's import made (0.1-0.2 s each time: most of a small round's checks).
+        gc.collect() if full else gc.collect(1)
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
 
@@ -688,6 +787,8 @@ def finish(result: dict[str, Any]) -> None:
 
     mem = result.setdefault("memory", {})
     top = peak()
+    if PHASE_PEAKS:
+        mem["phase_peak_bytes"] = dict(PHASE_PEAKS)
     if top is not None:
         mem["eval_peak_bytes"] = max(_EVAL_PEAK[0], top)
         total = card_total()

@@ -22,6 +22,7 @@ from cudaforge.engine.worker import gpu_share, memory, triton_support
 from cudaforge.engine.worker.compare import DEFAULT_TOLERANCE, compare_output, flatten_outputs
 from cudaforge.engine.worker.failures import CandidateFailure, TaskFailure
 from cudaforge.engine.worker.harness import (
+    PHASE_END_HOOKS,
     BuildRecorder,
     clone_inputs,
     current_numerics,
@@ -271,6 +272,7 @@ def correctness(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any
     aliased = False
     subclass_types: set[str] = set()
     for i, seed, dist in plan:
+        observe.checkpoint()  # a timed window waiting elsewhere goes first (gpu_share.yield_to_writers)
         order = "reference_first" if i % 2 == 0 else "candidate_first"
         trial = _trial(task, model, model_new, device, float_dtype, seed, dist, order, fixed if dist == "task" else None)
         expected, got, cand_mutated, trial_aliased, ref_mutates = trial
@@ -418,9 +420,10 @@ def _run_candidate(model_new: Any, inputs: list[Any], device: Any) -> Any:
     return out
 
 
-def check_custom_code(job: EvalJob, recorder: BuildRecorder, model_new: Any, inputs: list[Any], device: Any,
+def check_custom_code(job: EvalJob, recorder: BuildRecorder, model_new: Any, draw: Any, device: Any,
                       findings: list[Finding]) -> list[dict[str, Any]]:
-    """Establish from what actually ran whether custom code did the work, and what else launched."""
+    """Establish from what actually ran whether custom code did the work, and what else launched.
+    `draw()` gives a fresh input set (a draw, not a clone: one input set on the device)."""
 
     phase("kernels")
     reset_launches(recorder)
@@ -428,8 +431,10 @@ def check_custom_code(job: EvalJob, recorder: BuildRecorder, model_new: Any, inp
     if device.type == "cuda":
         from torch.profiler import ProfilerActivity, profile
 
+        inputs = draw()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            _run_candidate(model_new, clone_inputs(inputs), device)
+            _run_candidate(model_new, inputs, device)
+        del inputs
         custom_names = _candidate_kernel_names(Path(job.candidate_path).read_text())
         totals = runtime_checks.cuda_kernel_totals(prof)
         grand = sum(v[1] for v in totals.values()) or 1.0
@@ -440,7 +445,7 @@ def check_custom_code(job: EvalJob, recorder: BuildRecorder, model_new: Any, inp
         launches = custom_launches(recorder)
         ran_custom = any(k["custom"] for k in kernels) or any(v > 0 for v in launches.values())
     else:
-        _run_candidate(model_new, clone_inputs(inputs), device)
+        _run_candidate(model_new, draw(), device)
         launches = custom_launches(recorder)
         ran_custom = any(v > 0 for v in launches.values())
         kernels = [{"name": n, "count": c, "device_time_us": 0.0, "share": 0.0, "custom": True} for n, c in launches.items()]
@@ -468,10 +473,12 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
     t = job.timing
     # Two input draws, rotated call by call and shared by both sides (see runtime_checks.Rotation); where a
     # second draw would break the memory rule, one draw whose two contents alternate in place.
-    first = make_inputs(task, job.seed + 30_000, device, _float_dtype(job.precision))
+    with sub_phase("draws"):
+        first = make_inputs(task, job.seed + 30_000, device, _float_dtype(job.precision))
     draws: Any
     if memory.second_draw_fits(memory.tensor_bytes(first)):
-        draws = [first, make_inputs(task, job.seed + 30_001, device, _float_dtype(job.precision))]
+        with sub_phase("draws"):
+            draws = [first, make_inputs(task, job.seed + 30_001, device, _float_dtype(job.precision))]
         rotation_note = "two input draws"
     else:
         draws = runtime_checks.FlippingDraw(first)
@@ -513,22 +520,25 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
     # evidence.py `noisy_timing`); interpreter time makes no speed claim, so it is measured once.
     threshold = 0.0 if interpreted else float(t.get("noise_threshold", 0.0))
     try:
-        samples, measurements = until_quiet(
-            lambda: timer.event_times(fns, int(t["warmup"]), int(t["trials"]), warmup_ms=float(t.get("warmup_ms", 0.0)),
-                                      min_time_ms=float(t.get("min_time_ms", 0.0)),
-                                      max_trials=int(t["max_trials"]) if t.get("max_trials") else None, hooks=hooks),
-            threshold, int(t.get("noise_retries", 0)))
+        with sub_phase("events"):
+            samples, measurements = until_quiet(
+                lambda: timer.event_times(fns, int(t["warmup"]), int(t["trials"]), warmup_ms=float(t.get("warmup_ms", 0.0)),
+                                          min_time_ms=float(t.get("min_time_ms", 0.0)),
+                                          max_trials=int(t["max_trials"]) if t.get("max_trials") else None, hooks=hooks),
+                threshold, int(t.get("noise_retries", 0)))
         if isinstance(draws, runtime_checks.FlippingDraw):
             draws.frozen = True  # no flip kernels among the host-timed calls' (the CUPTI busy time)
         host, busy, kernel_note = with_kernel_timer(  # CUPTI on the host-timed calls, not in the event window
             timer, lambda flush: timer.host_times({k: fns[k] for k in ("reference", "candidate")},
                                                   int(t["host_trials"]), hooks=PRECISION, flush=flush)
-            if device.type == "cuda" else None)
+            if device.type == "cuda" else None,
+            # back to side-by-side work (the release syncs first) before the records are read
+            done=lambda: gpu_share.read(job.gpu_lock_path, "gpu_wait"), part=sub_phase)
     except CandidateFailure:
         raise
     except Exception as exc:
         raise classify_exception(exc, "timing") from None
-    gpu_share.read(job.gpu_lock_path, "gpu_wait")  # back to side-by-side work (the release syncs first)
+    gpu_share.read(job.gpu_lock_path, "gpu_wait")  # (a no-op where `done` already switched)
     method = "cuda_event" if device.type == "cuda" else "perf_counter"
     ref_s, cand_s = stats(samples["reference"], method), stats(samples["candidate"], method)
     noisy = evidence.noisy_timing_finding(ref_s, cand_s, threshold, measurements)
@@ -572,7 +582,8 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
                            l2_flush=timer.flush_buffer is not None, warmup=int(t["warmup"]), settings=settings,
                            measurements=measurements, noise_threshold=threshold or None,
                            cpu_threads=pin.threads if pin is not None else None, **kwargs)
-    sol = _speed_of_light(job, inputs, model, cand_s.median_ms, device, tolerance, findings)
+    with sub_phase("speed_of_light"):
+        sol = _speed_of_light(job, inputs, model, cand_s.median_ms, device, tolerance, findings)
     findings.extend(output_check.findings())
     findings.extend(runtime_checks.clock_findings(timer.clock_totals))
     return to_dict(timing_result), sol
@@ -629,7 +640,19 @@ def shape_check(job: EvalJob, task: Any, init: list[Any], model: Any, model_new:
         type(model_new), prepare=lambda m: place(m, job, device), inputs_for=lambda module: make_inputs(module, seed, device, float_dtype),
         run_reference=lambda m, inp: _run_reference(m, inp, device),
         run_candidate=lambda m, inp: _run_candidate(m, inp, device), compare=compare,
-        copy_parameters=copy_parameters, seed=seed)
+        copy_parameters=copy_parameters, seed=seed, evict=lambda: _evict(model, model_new))
+
+
+def _evict(*models: Any) -> None:
+    """Free the full-size models' device memory before the shape check builds its own (they are not used
+    again): their parameters and buffers become empty tensors."""
+    import torch
+
+    for m in models:
+        with contextlib.suppress(Exception), torch.no_grad():
+            for t in [*m.parameters(), *m.buffers()]:
+                t.data = torch.empty(0, dtype=t.dtype, device=t.device)
+    memory.release()
 
 
 def _place_both(job: EvalJob, model: Any, model_new: Any, device: Any) -> tuple[Any, Any]:
@@ -705,7 +728,7 @@ def release_gpu() -> None:
     """Free this worker's device memory, then let the GPU lock and the memory reservation go. Memory the
     candidate still holds (a module-level cache) goes with the process: the reservation then stays until
     the worker exits (a dead process's reservation is dropped)."""
-    memory.release()
+    memory.release(full=True)
     if memory.held_bytes() > memory.SLACK_BYTES // 4:
         gpu_share.release_hold()
         return
@@ -743,6 +766,8 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
     mem = result.setdefault("memory", {})
     mem["note"] = memory.apply_cap(job, device)
     memory.reset_peak()
+    if memory.note_phase_peak not in PHASE_END_HOOKS:
+        PHASE_END_HOOKS.append(memory.note_phase_peak)  # each phase's own peak (Memory.phase_peak_bytes)
     recorder = BuildRecorder(Path(job.cache_dir) / "extensions" if job.cache_dir else None,
                              Path(job.build_log_path))
     recorder.install()
@@ -762,19 +787,25 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
     if subclassed is not None:
         findings.append(subclassed)
     findings.extend(source_checks)
+    observe.on_checkpoint(gpu_share.yield_to_writers)
     _acquire_gpu(job, task, init, device, mem)
     phase("place")
     if not job.gpu_lock_path:  # else the reservation was admitted against the card (engine/gpu/ledger.py)
         memory.recheck_fit(job, device, mem)
     model, model_new = _place_both(job, model, model_new, device)
     result["copied_parameters"] = copy_parameters(model, model_new)
+    observe.checkpoint()
     phase("reference")  # the reference's own peak is the first step of the checks
     memory.measure_reference(lambda: make_inputs(task, job.seed, device, _float_dtype(job.precision)),
                              lambda inp: _run_reference(model, inp, device), flatten_outputs, mem)
     corr = correctness(job, task, model, model_new, device, findings)
     result["correctness"] = corr
-    inputs = make_inputs(task, job.seed, device, _float_dtype(job.precision))
-    result["kernels"] = check_custom_code(job, recorder, model_new, inputs, device, findings)
+    observe.checkpoint()
+    def draw() -> list[Any]:  # the kernel and fallback checks' inputs: drawn afresh each time, never cloned
+        return make_inputs(task, job.seed, device, _float_dtype(job.precision))
+
+    observe.checkpoint()
+    result["kernels"] = check_custom_code(job, recorder, model_new, draw, device, findings)
     extra_threads = thread_names() - threads_before
     if not corr["passed"]:
         result["findings"] = [to_dict(f) for f in findings + PRECISION.findings()]
@@ -786,22 +817,26 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
                                 if first else ""))
         return
     phase("fallback")
-    fallback = runtime_checks.fallback_finding(lambda: _run_reference(model, clone_inputs(inputs), device),
-                                       lambda: _run_candidate(model_new, clone_inputs(inputs), device),
-                                       device, result["kernels"], recorder)
+    observe.checkpoint()
+    fallback = runtime_checks.fallback_finding(lambda: _run_reference(model, draw(), device),
+                                               lambda: _run_candidate(model_new, draw(), device),
+                                               device, result["kernels"], recorder)
     if fallback is not None:
         findings.append(fallback)
-    inputs = []  # the kernel check's draw is not needed past this point
     memory.release()
+    observe.checkpoint()
     phase("cache_probes")
     findings.extend(check_cache_reuse(
         lambda inp: _run_candidate(model_new, inp, device), lambda inp: _run_reference(model, inp, device),
         lambda seed: make_inputs(task, seed, device, _float_dtype(job.precision)),
-        atol=corr["atol"], rtol=corr["rtol"], seed=job.seed + 20_000, to_host=memory.host_copy))
+        atol=corr["atol"], rtol=corr["rtol"], seed=job.seed + 20_000, to_host=memory.host_copy,
+        fresh_beside=memory.second_draw_fits(int(memory.REFERENCE_IO.get("input_bytes", 0)))))
     memory.release()
+    observe.checkpoint()
     result["timing"], result["speed_of_light"] = timing(job, task, model, model_new, device, findings, default_numerics,
                               (corr["atol"], corr["rtol"]))
     set_reference_numerics()
+    observe.checkpoint()
     findings.extend(shape_check(job, task, init, model, model_new, device, corr["atol"], corr["rtol"]))
     if job.format == "triton":  # after timing: the configurations autotuning chose are final
         result["compile"]["triton"] = triton_support.build_info(sys.modules.get("cudaforge_candidate"))
@@ -822,12 +857,17 @@ def profile_run(job: EvalJob, result: dict[str, Any]) -> None:
     recorder.install()
     task, init, model = load_task(job, device)
     model_new, _ = build_candidate(job, recorder, task, init, device)
-    _acquire_gpu(job, task, init, device, {}, exclusive=True)  # the whole ncu run holds the GPU alone
+    with sub_phase("footprint"):
+        mem: dict[str, Any] = {}
+        _reservation_bytes(job, task, init, mem)
+    _acquire_gpu(job, task, init, device, mem, exclusive=True)  # the whole ncu run holds the GPU alone
+    phase("place")
     model, model_new = _place_both(job, model, model_new, device)
     copy_parameters(model, model_new)
-    inputs = make_inputs(task, job.seed, device, _float_dtype(job.precision))
+    with sub_phase("inputs"):
+        inputs = make_inputs(task, job.seed, device, _float_dtype(job.precision))
     phase("profile")
-    _call(model_new, clone_inputs(inputs))  # warm-up outside the profiled range
+    _call(model_new, inputs)  # warm-up outside the profiled range (on the same inputs: one set on the device)
     torch.cuda.synchronize()
     with torch.cuda.nvtx.range("candidate"):
         for _ in range(job.profile_repeats):
