@@ -70,9 +70,10 @@ def test_every_problem_has_a_footprint_on_the_meta_device_or_a_named_reason() ->
             continue
         assert why in reasons[name] or (why == ".item()" and "item" in reasons[name]), (name, reasons[name])
     assert all(v > 0 for v in sizes.values())
-    # The README's facts: level 1 max about 16.1 GiB, level 2 max about 4.0 GiB.
+    # Level 1's largest footprint: level1/76's reference (its dilated conv's intermediates included) peaks
+    # at 21.3 GiB on the H200 (2026-12-02), which the meta count of the forward's tensors finds (21.0 GiB).
     level1 = max(v for k, v in sizes.items() if k.startswith("level1/"))
-    assert 15.5 < level1 / memory.GIB < 16.5
+    assert 20.5 < level1 / memory.GIB < 21.5
 
 
 def test_fit_rule_and_message() -> None:

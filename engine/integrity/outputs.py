@@ -206,8 +206,8 @@ def check_cache_reuse(
     is drawn and probed; A's host snapshot is the sparse rounds' donor. Draw C (seed+2) must not land at
     A's addresses (a cache that recomputes on the same pointers and serves its entry on new ones would
     pass): with `fresh_beside` (a second input set fits the memory rule) it is drawn while A's tensors
-    live; else it is drawn first too, waits on the host, and comes back into new tensors placed past the
-    start of whatever memory they get (OFFSET_BYTES), each with its own storage, once A's are gone.
+    live; else it is drawn once A's are gone, goes to the host, and comes back into new tensors placed
+    past the start of whatever memory they get (OFFSET_BYTES), each with its own storage.
 
     A wrong probe whose output equals the previous call's output exactly, while the reference's outputs
     differ, is `result_cache` (fail). Any other wrong probe is `inconsistent_output` (fail for the
@@ -242,11 +242,6 @@ def check_cache_reuse(
     b = make_inputs(seed + 1)
     b_host = snapshot(b)  # waits on the host until it is written into A's memory
     del b
-    c_host = None
-    if not fresh_beside:
-        c = make_inputs(seed + 2)
-        c_host = snapshot(c)
-        del c
     work = make_inputs(seed)
     saved = snapshot(work)
     first = _flat(run_candidate(work))
@@ -282,6 +277,7 @@ def check_cache_reuse(
         del got_host
         evidence = {"probe": name, "seed": seed}
         stale = not ok and got_print == out_prev and not _match(ref_dev, ref_prev, atol, rtol)
+        ref_prev = None  # one reference output on the host at a time
         ref = snapshot(ref_dev)
         del ref_dev
         if not ok:
@@ -328,12 +324,15 @@ def check_cache_reuse(
     else:
         del b_host
     del saved
-    if c_host is None:
+    if fresh_beside:
         fresh = make_inputs(seed + 2)  # allocated while the probed inputs live: other addresses
         del work
     else:
-        devices = [x.device if isinstance(x, torch.Tensor) else None for x in work]
         del work
+        c = make_inputs(seed + 2)  # likely at the freed addresses: it goes to the host and comes back offset
+        devices = [x.device if isinstance(x, torch.Tensor) else None for x in c]
+        c_host = snapshot(c)
+        del c
         fresh = [_offset_copy(h, d) if isinstance(h, torch.Tensor) and d is not None else h
                  for h, d in zip(c_host, devices, strict=True)]
         del c_host

@@ -116,32 +116,39 @@ def _cpu_op_totals(prof: Any) -> tuple[dict[str, tuple[int, float]], float]:
     return ops, custom_us
 
 
-def fallback_finding(run_reference: Callable[[], Any], run_candidate: Callable[[], Any], device: Any,
-                     kernels: list[dict[str, Any]], recorder: Any) -> Finding | None:
+def fallback_finding(run_reference: Callable[[list[Any]], Any], run_candidate: Callable[[list[Any]], Any],
+                     draw: Callable[[], list[Any]], device: Any, kernels: list[dict[str, Any]],
+                     recorder: Any) -> Finding | None:
     """`pytorch_fallback` from what ran: on CUDA the kernels of one profiled reference forward against the
     candidate's kernel list (already profiled by check_custom_code); on the CPU the aten ops of one
-    profiled forward of each, with the extension functions' calls as the candidate's own code."""
+    profiled forward of each, with the extension functions' calls as the candidate's own code. `draw()`
+    gives each call its inputs, drawn before the profiler starts (its kernels are not the forward's)."""
     from torch.profiler import ProfilerActivity, profile
 
     if not any(k["custom"] for k in kernels) and not any(v > 0 for v in custom_launches(recorder).values()):
         return None  # no custom code ran: that is no_custom_kernel
     extension_us = None
     if device.type == "cuda":
+        inputs = draw()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            run_reference()
+            run_reference(inputs)
+        del inputs
         # Memsets and copies are not kernels of the computation (cuBLAS may clear a workspace on some calls).
         reference = {n: v for n, v in cuda_kernel_totals(prof).items() if not n.startswith(("Memset", "Memcpy"))}
         library = {k["name"]: (int(k["count"]), float(k["device_time_us"])) for k in kernels if not k["custom"]}
         custom_us: float | None = sum(float(k["device_time_us"]) for k in kernels if k["custom"])
         where, unit = "kernels", "device_us"
     else:
+        inputs = draw()
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-            run_reference()
+            run_reference(inputs)
         reference, _ = _cpu_op_totals(prof)
+        del inputs  # one input set at a time
+        inputs = draw()
         recorder.label_calls = True
         try:
             with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-                run_candidate()
+                run_candidate(inputs)
         finally:
             recorder.label_calls = False
         library, extension_us = _cpu_op_totals(prof)

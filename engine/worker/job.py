@@ -60,6 +60,9 @@ class EvalJob:
     gpu_lock_path: str | None = None  # the per-GPU lock that GPU work holds (CUDA only)
     gpu_memory_gb: float | None = None  # [run] gpu_memory_gb: the device-memory cap
     profile_repeats: int = 1  # profile mode: forward calls inside the profiled range
+    # The task's footprint as an earlier evaluation counted it (profile mode reserves memory with it: the
+    # meta-device count took 4 s in a process under ncu)
+    footprint_bytes: int | None = None
 
     @property
     def build_log_path(self) -> str:

@@ -592,6 +592,12 @@ def held_bytes() -> int:
 # ------------------------------------------------------------------ host copies
 
 
+# Larger host copies are pageable: PyTorch's pinned allocator rounds each block up to a power of two and
+# keeps freed blocks, so the 6 GiB copies of a large elementwise task held 8 GiB each for the worker's
+# life, and two such evaluations side by side ran the 128 GiB GPU machine out of host memory.
+PINNED_MAX_BYTES = 256 << 20
+
+
 def host_copy(values: list[Any], wait: bool = True) -> list[Any]:
     """Host copies of the tensors among `values` (others as they are): pinned on CUDA, so a compare or a
     restore moves them back slice by slice at full bandwidth; plain clones on the CPU device. What the
@@ -613,9 +619,11 @@ def host_copy(values: list[Any], wait: bool = True) -> list[Any]:
                 out.append(v.clone())
             continue
         cuda = True
-        try:
-            h = torch.empty_like(v, device="cpu", pin_memory=True)
-        except RuntimeError:  # pinned memory is a limited resource: pageable still works, slower
+        h = None
+        if v.numel() * v.element_size() <= PINNED_MAX_BYTES:
+            with contextlib.suppress(RuntimeError):  # pinned memory is a limited resource: pageable works
+                h = torch.empty_like(v, device="cpu", pin_memory=True)
+        if h is None:
             h = torch.empty_like(v, device="cpu")
         h.copy_(v, non_blocking=True)
         out.append(h)

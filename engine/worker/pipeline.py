@@ -717,6 +717,8 @@ def _budget(job: EvalJob, device: Any) -> Any:
 
 def _reservation_bytes(job: EvalJob, task: Any, init: list[Any], mem: dict[str, Any]) -> int:
     """The evaluation's memory estimate (the memory rule's, engine/worker/memory.py), under the cap when set."""
+    if "footprint_bytes" not in mem and job.footprint_bytes:
+        mem["footprint_bytes"] = job.footprint_bytes  # counted by this task's evaluation (profile mode)
     if "footprint_bytes" not in mem:
         mem.update(memory.meta_footprint(task, init, job.seed, _float_dtype(job.precision)))
     cap = memory.CAP.get("bytes")
@@ -818,9 +820,9 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
         return
     phase("fallback")
     observe.checkpoint()
-    fallback = runtime_checks.fallback_finding(lambda: _run_reference(model, draw(), device),
-                                               lambda: _run_candidate(model_new, draw(), device),
-                                               device, result["kernels"], recorder)
+    fallback = runtime_checks.fallback_finding(lambda inputs: _run_reference(model, inputs, device),
+                                               lambda inputs: _run_candidate(model_new, inputs, device),
+                                               draw, device, result["kernels"], recorder)
     if fallback is not None:
         findings.append(fallback)
     memory.release()
