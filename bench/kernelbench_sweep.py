@@ -116,6 +116,8 @@ def row_of(path: Path, result: Any, wall_s: float) -> dict[str, Any]:
         "wall_s": round(wall_s, 3),
         "message": "" if expected_verdict(result) else result.message[:300],
         "phases": {k: round(v, 3) for k, v in phases.items()},
+        # which step set the peak (the worker's phases, each from its own start)
+        "phase_peak_gib": {k: round(v / GIB, 3) for k, v in (m.phase_peak_bytes if m else {}).items()},
     }
 
 
@@ -126,7 +128,7 @@ def failed_row(path: Path, message: str, wall_s: float) -> dict[str, Any]:
             "estimate_gib": None, "estimate_ok": None, "process_peak_gib": None,
             "ratio": None, "bound_ok": None, "footprint_gib": None, "load_s": 0.0, "gpu_wait_s": 0.0,
             "correctness_s": 0.0, "timing_s": 0.0, "gpu_s": 0.0, "exclusive_s": 0.0, "shared_s": 0.0,
-            "wall_s": round(wall_s, 3), "message": message[:300], "phases": {}}
+            "wall_s": round(wall_s, 3), "message": message[:300], "phases": {}, "phase_peak_gib": {}}
 
 
 def format_row(r: dict[str, Any]) -> str:
