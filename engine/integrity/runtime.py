@@ -586,14 +586,17 @@ def shape_findings(task: Any, source: str, path: str, init: list[Any], model: An
                    candidate_cls: Any, *, prepare: Callable[[Any], Any], inputs_for: Callable[[Any], list[Any]],
                    run_reference: Callable[[Any, list[Any]], Any], run_candidate: Callable[[Any, list[Any]], Any],
                    compare: Callable[[list[Any], list[Any]], str], copy_parameters: Callable[[Any, Any], Any],
-                   seed: int, evict: Callable[[], None] = lambda: None) -> list[Finding]:
+                   seed: int, evict: Callable[[], None] = lambda: None,
+                   to_host: Callable[[list[Any]], list[Any]] = list) -> list[Finding]:
     """`shape_specialized` when the candidate is wrong, crashes or refuses at a second, smaller set of sizes
     at which the reference works; a `shape_check_skipped` note when the sizes cannot be changed.
 
     `prepare(model)` moves a fresh model to the device/dtype; `inputs_for(module)` draws one input set from
     a task module; `compare(expected, got)` returns "" or the first mismatch; `run_candidate` raises the
     worker's CandidateFailure on an exception in the candidate. `evict()` frees the full-size models'
-    memory before models of the new sizes are built (they are not used again).
+    memory before models of the new sizes are built (they are not used again). One input set and one
+    output on the device at a time: the reference's output waits on the host (`to_host`) while the
+    candidate runs on a second draw of the same seed (no clone).
     """
     constants = size_constants(task, source)
     if not constants:
@@ -606,14 +609,13 @@ def shape_findings(task: Any, source: str, path: str, init: list[Any], model: An
     try:
         variant = load_variant(source, path, values)
         new_init = list(variant.get_init_inputs())
-        inputs = inputs_for(variant)
         ref_model = model
         rebuild = not _same_values(new_init, list(init))
         if rebuild:
             evict()
             torch.manual_seed(seed)
             ref_model = prepare(variant.Model(*new_init))
-        expected = _flat(run_reference(ref_model, [x.clone() if hasattr(x, "clone") else x for x in inputs]))
+        expected = to_host(_flat(run_reference(ref_model, inputs_for(variant))))
     except Exception as exc:  # the task itself does not work at other sizes
         return [_skipped(f"the reference fails at {described}: {type(exc).__name__}: {str(exc)[:160]}", changed)]
     cand = model_new
@@ -622,7 +624,7 @@ def shape_findings(task: Any, source: str, path: str, init: list[Any], model: An
             torch.manual_seed(seed)
             cand = prepare(candidate_cls(*new_init))
             copy_parameters(ref_model, cand)
-        got = _flat(run_candidate(cand, inputs))
+        got = _flat(run_candidate(cand, inputs_for(variant)))  # the same seed: the reference's values
         reason = compare(expected, got)
     except Exception as exc:
         reason = f"{getattr(exc, 'message', None) or exc}"[:300]

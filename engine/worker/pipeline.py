@@ -640,7 +640,7 @@ def shape_check(job: EvalJob, task: Any, init: list[Any], model: Any, model_new:
         type(model_new), prepare=lambda m: place(m, job, device), inputs_for=lambda module: make_inputs(module, seed, device, float_dtype),
         run_reference=lambda m, inp: _run_reference(m, inp, device),
         run_candidate=lambda m, inp: _run_candidate(m, inp, device), compare=compare,
-        copy_parameters=copy_parameters, seed=seed, evict=lambda: _evict(model, model_new))
+        copy_parameters=copy_parameters, seed=seed, evict=lambda: _evict(model, model_new), to_host=memory.host_copy)
 
 
 def _evict(*models: Any) -> None:
