@@ -24,12 +24,12 @@ import contextlib
 import math
 import random
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cudaforge.engine.integrity.registry import finding
 from cudaforge.engine.observe import EXT_RANGE, custom_launches, slice_elements
-from cudaforge.engine.results import Finding
+from cudaforge.engine.results import Finding, KernelLaunch
 
 # ------------------------------------------------------------------ pytorch_fallback
 
@@ -117,7 +117,7 @@ def _cpu_op_totals(prof: Any) -> tuple[dict[str, tuple[int, float]], float]:
 
 
 def fallback_finding(run_reference: Callable[[list[Any]], Any], run_candidate: Callable[[list[Any]], Any],
-                     draw: Callable[[], list[Any]], device: Any, kernels: list[dict[str, Any]],
+                     draw: Callable[[], list[Any]], device: Any, kernels: Sequence[KernelLaunch],
                      recorder: Any) -> Finding | None:
     """`pytorch_fallback` from what ran: on CUDA the kernels of one profiled reference forward against the
     candidate's kernel list (already profiled by check_custom_code); on the CPU the aten ops of one
@@ -125,7 +125,7 @@ def fallback_finding(run_reference: Callable[[list[Any]], Any], run_candidate: C
     gives each call its inputs, drawn before the profiler starts (its kernels are not the forward's)."""
     from torch.profiler import ProfilerActivity, profile
 
-    if not any(k["custom"] for k in kernels) and not any(v > 0 for v in custom_launches(recorder).values()):
+    if not any(k.custom for k in kernels) and not any(v > 0 for v in custom_launches(recorder).values()):
         return None  # no custom code ran: that is no_custom_kernel
     extension_us = None
     if device.type == "cuda":
@@ -135,8 +135,8 @@ def fallback_finding(run_reference: Callable[[list[Any]], Any], run_candidate: C
         del inputs
         # Memsets and copies are not kernels of the computation (cuBLAS may clear a workspace on some calls).
         reference = {n: v for n, v in cuda_kernel_totals(prof).items() if not n.startswith(("Memset", "Memcpy"))}
-        library = {k["name"]: (int(k["count"]), float(k["device_time_us"])) for k in kernels if not k["custom"]}
-        custom_us: float | None = sum(float(k["device_time_us"]) for k in kernels if k["custom"])
+        library = {k.name: (int(k.count), float(k.device_time_us)) for k in kernels if not k.custom}
+        custom_us: float | None = sum(float(k.device_time_us) for k in kernels if k.custom)
         where, unit = "kernels", "device_us"
     else:
         inputs = draw()

@@ -22,7 +22,7 @@ from cudaforge.engine.worker.harness import (
     set_progress,
     write_result,
 )
-from cudaforge.engine.worker.job import EvalJob, WorkerReport
+from cudaforge.engine.worker.job import EvalJob, ReportDraft, WorkerReport
 
 
 def main(argv: list[str]) -> int:
@@ -32,43 +32,40 @@ def main(argv: list[str]) -> int:
     if "spare_wait" not in phases():  # a fresh worker: how long Python took to get here (a spare's is its warm-up's)
         phases()["python_start"] = round(process_age(), 4)
     phase("start")
-    result: dict[str, Any] = {"phases": phases(), "findings": [], "numerics": {}}
+    report = ReportDraft(phases=phases())
     try:
         from cudaforge.engine.worker import pipeline
 
         if job.mode == "profile":
-            pipeline.profile_run(job, result)
+            pipeline.profile_run(job, report)
         else:
-            pipeline.evaluate(job, result)
+            pipeline.evaluate(job, report)
     except TaskFailure as exc:
-        result.update(outcome="task_error", message=with_task_frame(str(exc), exc.__cause__, job.task_path),
-                      traceback=traceback.format_exc())
+        report.outcome = "task_error"
+        report.message = with_task_frame(str(exc), exc.__cause__, job.task_path)
+        report.traceback = traceback.format_exc()
     except CandidateFailure as exc:
-        result.update(outcome=exc.outcome, message=exc.message, traceback=exc.tb)
-        if exc.log:
-            result.setdefault("compile", {})["log"] = exc.log
-        if exc.build_seconds is not None:
-            result.setdefault("compile", {})["seconds"] = exc.build_seconds
+        report.outcome, report.message, report.traceback = exc.outcome, exc.message, exc.tb
+        report.note_build_failure(exc.log, exc.build_seconds)
     except Exception as exc:  # the worker must always report
         from cudaforge.engine.worker import memory
 
         if memory.is_oom(exc):  # wherever it happens (inputs, clones, the harness): the oom outcome
-            result.update(outcome="oom", message=memory.oom_message(exc, current_phase() or "start"),
-                          traceback=traceback.format_exc())
+            report.outcome, report.message = "oom", memory.oom_message(exc, current_phase() or "start")
         else:
-            result.update(outcome="runtime_error", message=f"{type(exc).__name__}: {exc}",
-                          traceback=traceback.format_exc())
+            report.outcome, report.message = "runtime_error", f"{type(exc).__name__}: {exc}"
+        report.traceback = traceback.format_exc()
     phase("done")
-    result["phases"] = dict(phases())
+    report.phases = dict(phases())
     with contextlib.suppress(Exception):
         from cudaforge.engine.worker import gpu_share
 
-        result["phases"].update(gpu_share.seconds())  # held side by side / alone (not a step of its own)
+        report.phases.update(gpu_share.seconds())  # held side by side / alone (not a step of its own)
     with contextlib.suppress(Exception):
         from cudaforge.engine.worker import memory
 
-        memory.finish(result)
-    write_result(result_path, _typed(result))
+        report.memory = memory.finish(report.memory_notes)
+    write_result(result_path, _typed(report))
     with contextlib.suppress(Exception):
         from cudaforge.engine.worker import pipeline
 
@@ -79,11 +76,11 @@ def main(argv: list[str]) -> int:
     os._exit(0)
 
 
-def _typed(result: dict[str, Any]) -> dict[str, Any]:
-    """The report as the app will read it (WorkerReport); a record that does not fit its type is reported
-    as the worker's own runtime error rather than lost."""
+def _typed(report: ReportDraft) -> dict[str, Any]:
+    """The report as the app will read it (WorkerReport's JSON); a report that cannot be finished is
+    reported as the worker's own runtime error rather than lost."""
     try:
-        return WorkerReport.from_dict(result).to_dict()
+        return report.finish().to_dict()
     except Exception as exc:  # a bug in the worker: say so, keep what the app needs to show it
         return WorkerReport(outcome="runtime_error", message=f"the worker's report is malformed: {exc}",
                             traceback=traceback.format_exc(), phases=dict(phases())).to_dict()

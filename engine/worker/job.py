@@ -2,7 +2,8 @@
 
 Both travel as JSON files (worker.json, result.json); these frozen dataclasses are what each side
 reads, by attribute. The app builds an `EvalJob` (engine/evaluation/evaluator.py), the worker reads it with
-`EvalJob.from_dict`; the worker writes a `WorkerReport`, the app reads it back with
+`EvalJob.from_dict`; the worker fills a `ReportDraft` with typed records as the evaluation makes them,
+freezes it into a `WorkerReport` at the end and writes that; the app reads it back with
 `WorkerReport.from_dict` and builds the EvalResult from it field by field. Standard library and
 engine/results.py only: the app imports this without torch.
 """
@@ -118,3 +119,54 @@ class WorkerReport:
             comp["ok"] = comp.get("ok", True) and data.get("outcome") != "compile_error"
             data["compile"] = comp
         return from_dict(cls, data)
+
+
+@dataclass
+class ReportDraft:
+    """The worker's report while the evaluation runs: WorkerReport's records, set one by one as each check
+    makes its own (an early failure leaves the later ones None), frozen once at the end by `finish`."""
+
+    outcome: str | None = None
+    message: str = ""
+    traceback: str = ""
+    phases: dict[str, float] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    numerics: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] | None = None
+    seeds: tuple[int, ...] | None = None
+    gpu_name: str = ""
+    memory: Memory | None = None
+    compile: CompileResult | None = None
+    copied_parameters: tuple[str, ...] = ()
+    correctness: Correctness | None = None
+    kernels: tuple[KernelLaunch, ...] | None = None
+    timing: Timing | None = None
+    speed_of_light: SpeedOfLight | None = None
+    # What engine/worker/memory.py notes while the evaluation runs (bytes, the fit, messages by key); it
+    # becomes the `memory` record at the end (memory.finish), whatever the outcome.
+    memory_notes: dict[str, Any] = field(default_factory=dict)
+
+    def note_build_failure(self, log: str, seconds: float | None) -> None:
+        """A failed build's log and time on the compile record (made here if the build never got that far):
+        the Compiler pane shows the log whatever failed after it. A failure with neither makes no record."""
+        if not log and seconds is None:
+            return
+        compiled = self.compile or CompileResult(ok=True, format="")
+        if log:
+            compiled = dataclasses.replace(compiled, log=log)
+        if seconds is not None:
+            compiled = dataclasses.replace(compiled, seconds=seconds)
+        self.compile = compiled
+
+    def finish(self) -> WorkerReport:
+        """The report as written. A compile record is not ok when the outcome is compile_error (a Triton
+        kernel fails to compile at its first call, after the import went well): from_dict's rule."""
+        compiled = self.compile
+        if compiled is not None and self.outcome == "compile_error":
+            compiled = dataclasses.replace(compiled, ok=False)
+        return WorkerReport(
+            outcome=self.outcome, message=self.message, traceback=self.traceback, phases=dict(self.phases),
+            findings=tuple(self.findings), numerics=dict(self.numerics), versions=self.versions, seeds=self.seeds,
+            gpu_name=self.gpu_name, memory=self.memory, compile=compiled, copied_parameters=self.copied_parameters,
+            correctness=self.correctness, kernels=self.kernels, timing=self.timing,
+            speed_of_light=self.speed_of_light)

@@ -18,6 +18,8 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from cudaforge.engine.results import Memory, from_dict
+
 if TYPE_CHECKING:
     from cudaforge.engine.worker.job import EvalJob
 
@@ -786,14 +788,20 @@ def held_allocated() -> int:
     return CPU_ACCOUNTING.current if CPU_ACCOUNTING.mode is not None else 0
 
 
-def finish(result: dict[str, Any]) -> None:
-    """Fill the result's memory section at the end (whatever the outcome): the evaluation's peak and the
-    card's total; the ratio the design bounds ((peak - 1 GiB) / reference peak); on CUDA the process's
-    peak as NVML counts it (the allocator's reserved peak plus what lies outside the allocator), on the
-    CPU device with accounting the bytes host_copy held."""
+def finish(mem: dict[str, Any]) -> Memory:
+    """The report's memory record at the end (whatever the outcome): the notes the checks made in `mem`
+    with the evaluation's peak and the card's total; the ratio the design bounds ((peak - 1 GiB) /
+    reference peak); on CUDA the process's peak as NVML counts it (the allocator's reserved peak plus what
+    lies outside the allocator), on the CPU device with accounting the bytes host_copy held. A peak that
+    cannot be read leaves the notes made so far; a note Memory has no field for is dropped."""
+    with contextlib.suppress(Exception):
+        _note_peaks(mem)
+    return from_dict(Memory, mem)
+
+
+def _note_peaks(mem: dict[str, Any]) -> None:
     import torch
 
-    mem = result.setdefault("memory", {})
     top = peak()
     if PHASE_PEAKS:
         mem["phase_peak_bytes"] = dict(PHASE_PEAKS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import sys
 import time
@@ -17,7 +18,15 @@ from cudaforge.engine.integrity import runtime as runtime_checks
 from cudaforge.engine.integrity.outputs import check_cache_reuse
 from cudaforge.engine.integrity.static import source_findings
 from cudaforge.engine.observe import custom_launches, reset_launches
-from cudaforge.engine.results import Finding, to_dict
+from cudaforge.engine.results import (
+    CompileResult,
+    Correctness,
+    Finding,
+    KernelLaunch,
+    SpeedOfLight,
+    Timing,
+    TrialCheck,
+)
 from cudaforge.engine.worker import gpu_share, memory, triton_support
 from cudaforge.engine.worker.compare import DEFAULT_TOLERANCE, compare_output, flatten_outputs
 from cudaforge.engine.worker.failures import CandidateFailure, TaskFailure
@@ -36,7 +45,7 @@ from cudaforge.engine.worker.harness import (
     thread_names,
     versions,
 )
-from cudaforge.engine.worker.job import EvalJob
+from cudaforge.engine.worker.job import EvalJob, ReportDraft
 from cudaforge.engine.worker.kernel_timer import with_kernel_timer
 from cudaforge.engine.worker.timing import (
     REAL_CLOCKS,
@@ -150,7 +159,9 @@ def place(model: Any, job: EvalJob, device: Any) -> Any:
     return model.eval()
 
 
-def build_candidate(job: EvalJob, recorder: BuildRecorder, task: Any, init: list[Any], device: Any) -> tuple[Any, Any]:
+def build_candidate(job: EvalJob, recorder: BuildRecorder, task: Any, init: list[Any],
+                    device: Any) -> tuple[Any, CompileResult]:
+    """Import the candidate and build its ModelNew: the model and the build's compile record."""
     import torch
 
     phase("build")
@@ -182,12 +193,9 @@ def build_candidate(job: EvalJob, recorder: BuildRecorder, task: Any, init: list
     nvrtc = sys.modules.get("cudaforge.engine.nvrtc")
     nvrtc_hits = getattr(nvrtc, "CACHE_STATS", {}) if nvrtc else {}
     cached = (recorder.builds > 0 and recorder.cached) or (nvrtc_hits.get("compiled", 0) == 0 and nvrtc_hits.get("hits", 0) > 0)
-    info = {"seconds": round(build_seconds, 4), "cached": cached, "builds": recorder.builds,
-            "extension_seconds": round(recorder.seconds, 4), "nvrtc": dict(nvrtc_hits)}
-    built = _build_output(job)
-    if built:
-        info["log"] = built  # the steps of a build that worked (its warnings too) for the Compiler pane
-    return model_new, info
+    # The log: the steps of a build that worked (its warnings too) for the Compiler pane.
+    return model_new, CompileResult(ok=True, format=job.format, seconds=round(build_seconds, 4), cached=cached,
+                                    log=_build_output(job))
 
 
 def _compile_failure(log: str, job: EvalJob, start: float) -> CandidateFailure:
@@ -251,9 +259,8 @@ def _poison(outputs: list[Any]) -> None:
 REFERENCE_SEEN = {"mutates": False}  # the correctness trials saw the reference change its inputs in place
 
 
-def correctness(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, findings: list[Finding]) -> dict[str, Any]:
+def correctness(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, findings: list[Finding]) -> Correctness:
     import torch
-    from cudaforge.engine.results import Correctness, TrialCheck
 
     phase("correctness")
     float_dtype = _float_dtype(job.precision)
@@ -299,9 +306,8 @@ def correctness(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any
     if weak is not None:
         findings.append(weak)
     passed_trials = sum(r.passed for r in results)
-    corr = Correctness(passed=passed_trials == len(results), trials=len(results), trials_passed=passed_trials,
+    return Correctness(passed=passed_trials == len(results), trials=len(results), trials_passed=passed_trials,
                        atol=atol, rtol=rtol, outputs=tuple(worst[k] for k in sorted(worst)), trial_results=tuple(results))
-    return to_dict(corr)
 
 
 def _draw(task: Any, seed: int, device: Any, float_dtype: Any, dist: str) -> list[Any]:
@@ -421,13 +427,13 @@ def _run_candidate(model_new: Any, inputs: list[Any], device: Any) -> Any:
 
 
 def check_custom_code(job: EvalJob, recorder: BuildRecorder, model_new: Any, draw: Any, device: Any,
-                      findings: list[Finding]) -> list[dict[str, Any]]:
+                      findings: list[Finding]) -> tuple[KernelLaunch, ...]:
     """Establish from what actually ran whether custom code did the work, and what else launched.
     `draw()` gives a fresh input set (a draw, not a clone: one input set on the device)."""
 
     phase("kernels")
     reset_launches(recorder)
-    kernels: list[dict[str, Any]] = []
+    kernels: list[KernelLaunch] = []
     if device.type == "cuda":
         from torch.profiler import ProfilerActivity, profile
 
@@ -440,19 +446,19 @@ def check_custom_code(job: EvalJob, recorder: BuildRecorder, model_new: Any, dra
         grand = sum(v[1] for v in totals.values()) or 1.0
         for name, (count, us) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
             custom = any(c in name for c in custom_names)
-            kernels.append({"name": name, "count": int(count), "device_time_us": round(us, 3),
-                            "share": round(us / grand, 4), "custom": custom})
+            kernels.append(KernelLaunch(name=name, count=int(count), device_time_us=round(us, 3),
+                                        share=round(us / grand, 4), custom=custom))
         launches = custom_launches(recorder)
-        ran_custom = any(k["custom"] for k in kernels) or any(v > 0 for v in launches.values())
+        ran_custom = any(k.custom for k in kernels) or any(v > 0 for v in launches.values())
     else:
         _run_candidate(model_new, draw(), device)
         launches = custom_launches(recorder)
         ran_custom = any(v > 0 for v in launches.values())
-        kernels = [{"name": n, "count": c, "device_time_us": 0.0, "share": 0.0, "custom": True} for n, c in launches.items()]
-    no_custom = evidence.custom_code_finding(ran_custom, [k["name"] for k in kernels])
+        kernels = [KernelLaunch(name=n, count=c, device_time_us=0.0, share=0.0, custom=True) for n, c in launches.items()]
+    no_custom = evidence.custom_code_finding(ran_custom, [k.name for k in kernels])
     if no_custom is not None:
         findings.append(no_custom)
-    return kernels
+    return tuple(kernels)
 
 
 def _candidate_kernel_names(source: str) -> set[str]:
@@ -463,11 +469,10 @@ def _candidate_kernel_names(source: str) -> set[str]:
 
 
 def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, findings: list[Finding],
-           default_numerics: dict[str, Any], tolerance: tuple[float, float]) -> tuple[dict[str, Any], dict[str, Any]]:
+           default_numerics: dict[str, Any], tolerance: tuple[float, float]) -> tuple[Timing, SpeedOfLight]:
     """Time the reference and the candidate; `tolerance` is correctness's (atol, rtol), for the timed outputs.
     Returns the timing and the speed-of-light record."""
     import torch
-    from cudaforge.engine.results import Timing
 
     phase("timing")
     t = job.timing
@@ -586,7 +591,7 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
         sol = _speed_of_light(job, inputs, model, cand_s.median_ms, device, tolerance, findings)
     findings.extend(output_check.findings())
     findings.extend(runtime_checks.clock_findings(timer.clock_totals))
-    return to_dict(timing_result), sol
+    return timing_result, sol
 
 
 def _call(model: Any, inputs: list[Any]) -> Any:
@@ -597,7 +602,7 @@ def _call(model: Any, inputs: list[Any]) -> Any:
 
 
 def _speed_of_light(job: EvalJob, inputs: list[Any], model: Any, cand_ms: float, device: Any,
-                    tolerance: tuple[float, float], findings: list[Finding]) -> dict[str, Any]:
+                    tolerance: tuple[float, float], findings: list[Finding]) -> SpeedOfLight:
     """The speed-of-light record (engine/speed_of_light.py), and `faster_than_memory_bound` for a
     candidate faster than moving its inputs, parameters and outputs once at the GPU's DRAM bandwidth."""
     import torch
@@ -616,7 +621,7 @@ def _speed_of_light(job: EvalJob, inputs: list[Any], model: Any, cand_ms: float,
         too_fast = evidence.speed_of_light_finding(cand_ms, sol.bytes, sol.bandwidth_gbs, job.speed_of_light_margin)
         if too_fast is not None:
             findings.append(too_fast)
-    return to_dict(sol)
+    return sol
 
 
 def shape_check(job: EvalJob, task: Any, init: list[Any], model: Any, model_new: Any, device: Any,
@@ -751,21 +756,23 @@ def _acquire_gpu(job: EvalJob, task: Any, init: list[Any], device: Any, mem: dic
         gpu_share.read(job.gpu_lock_path, "gpu_wait")
 
 
-def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
+def evaluate(job: EvalJob, report: ReportDraft) -> None:
+    """The whole evaluation, each record set on `report` as soon as it is made: what an early failure
+    leaves unset stays None (the app's forgery check reads exactly that)."""
     import torch
 
-    findings: list[Finding] = []
-    result["versions"] = versions()
-    result["seeds"] = [job.seed]  # drawn at random per evaluation unless [eval] seed fixes it
+    findings: list[Finding] = []  # on the report at the end: a failure midway reports none
+    report.versions = versions()
+    report.seeds = (job.seed,)  # drawn at random per evaluation unless [eval] seed fixes it
     default_numerics = current_numerics()
-    result["numerics"] = {"reference": {"matmul_allow_tf32": False, "cudnn_allow_tf32": False,
-                                        "float32_matmul_precision": "highest"},
-                          "eager_baseline": default_numerics}
+    report.numerics = {"reference": {"matmul_allow_tf32": False, "cudnn_allow_tf32": False,
+                                     "float32_matmul_precision": "highest"},
+                       "eager_baseline": default_numerics}
     device = _device(job)  # its CUDA context made as a reader of the GPU lock
     memory.start_accounting(device)  # the CPU device's tensor bytes, when asked for (memory.ACCOUNTING_ENV)
     if device.type == "cuda":
-        result["gpu_name"] = torch.cuda.get_device_name(device)
-    mem = result.setdefault("memory", {})
+        report.gpu_name = torch.cuda.get_device_name(device)
+    mem = report.memory_notes  # the Memory record at the end (memory.finish)
     mem["note"] = memory.apply_cap(job, device)
     memory.reset_peak()
     if memory.note_phase_peak not in PHASE_END_HOOKS:
@@ -783,8 +790,8 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
     task, init, model = load_task(job, device)
     memory.check_task(job, task, init, device, _float_dtype(job.precision), mem)  # before the candidate
     with PRECISION.call("the candidate's import and ModelNew(...)"):
-        model_new, build = build_candidate(job, recorder, task, init, device)
-    result["compile"] = {"ok": True, "format": job.format, **build}
+        model_new, compiled = build_candidate(job, recorder, task, init, device)
+    report.compile = compiled
     subclassed = evidence.subclass_finding(task, sys.modules.get("cudaforge_candidate"))
     if subclassed is not None:
         findings.append(subclassed)
@@ -795,34 +802,35 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
     if not job.gpu_lock_path:  # else the reservation was admitted against the card (engine/gpu/ledger.py)
         memory.recheck_fit(job, device, mem)
     model, model_new = _place_both(job, model, model_new, device)
-    result["copied_parameters"] = copy_parameters(model, model_new)
+    report.copied_parameters = tuple(copy_parameters(model, model_new))
     observe.checkpoint()
     phase("reference")  # the reference's own peak is the first step of the checks
     memory.measure_reference(lambda: make_inputs(task, job.seed, device, _float_dtype(job.precision)),
                              lambda inp: _run_reference(model, inp, device), flatten_outputs, mem)
     corr = correctness(job, task, model, model_new, device, findings)
-    result["correctness"] = corr
+    report.correctness = corr
     observe.checkpoint()
     def draw() -> list[Any]:  # the kernel and fallback checks' inputs: drawn afresh each time, never cloned
         return make_inputs(task, job.seed, device, _float_dtype(job.precision))
 
     observe.checkpoint()
-    result["kernels"] = check_custom_code(job, recorder, model_new, draw, device, findings)
+    kernels = check_custom_code(job, recorder, model_new, draw, device, findings)
+    report.kernels = kernels
     extra_threads = thread_names() - threads_before
-    if not corr["passed"]:
-        result["findings"] = [to_dict(f) for f in findings + PRECISION.findings()]
-        result["outcome"] = "wrong_result"
-        failed = [t for t in corr["trial_results"] if not t["passed"]]
-        first = next((o for o in failed[0]["outputs"] if not o["passed"]), None) if failed else None
-        result["message"] = (f"wrong result in {len(failed)} of {corr['trials']} trials"
-                             + (f" ({failed[0]['distribution']} inputs): output {first['index']}: {first['reason']}"
-                                if first else ""))
+    if not corr.passed:
+        report.findings = findings + PRECISION.findings()
+        report.outcome = "wrong_result"
+        failed = [t for t in corr.trial_results if not t.passed]
+        first = next((o for o in failed[0].outputs if not o.passed), None) if failed else None
+        report.message = (f"wrong result in {len(failed)} of {corr.trials} trials"
+                          + (f" ({failed[0].distribution} inputs): output {first.index}: {first.reason}"
+                             if first else ""))
         return
     phase("fallback")
     observe.checkpoint()
     fallback = runtime_checks.fallback_finding(lambda inputs: _run_reference(model, inputs, device),
                                                lambda inputs: _run_candidate(model_new, inputs, device),
-                                               draw, device, result["kernels"], recorder)
+                                               draw, device, kernels, recorder)
     if fallback is not None:
         findings.append(fallback)
     memory.release()
@@ -831,25 +839,26 @@ def evaluate(job: EvalJob, result: dict[str, Any]) -> None:
     findings.extend(check_cache_reuse(
         lambda inp: _run_candidate(model_new, inp, device), lambda inp: _run_reference(model, inp, device),
         lambda seed: make_inputs(task, seed, device, _float_dtype(job.precision)),
-        atol=corr["atol"], rtol=corr["rtol"], seed=job.seed + 20_000, to_host=memory.host_copy,
+        atol=corr.atol, rtol=corr.rtol, seed=job.seed + 20_000, to_host=memory.host_copy,
         fresh_beside=memory.second_draw_fits(int(memory.REFERENCE_IO.get("input_bytes", 0)))))
     memory.release()
     observe.checkpoint()
-    result["timing"], result["speed_of_light"] = timing(job, task, model, model_new, device, findings, default_numerics,
-                              (corr["atol"], corr["rtol"]))
+    report.timing, report.speed_of_light = timing(job, task, model, model_new, device, findings, default_numerics,
+                                                  (corr.atol, corr.rtol))
     set_reference_numerics()
     observe.checkpoint()
-    findings.extend(shape_check(job, task, init, model, model_new, device, corr["atol"], corr["rtol"]))
+    findings.extend(shape_check(job, task, init, model, model_new, device, corr.atol, corr.rtol))
     if job.format == "triton":  # after timing: the configurations autotuning chose are final
-        result["compile"]["triton"] = triton_support.build_info(sys.modules.get("cudaforge_candidate"))
+        triton_build = triton_support.build_info(sys.modules.get("cudaforge_candidate"))
+        report.compile = dataclasses.replace(compiled, triton=triton_build)
     findings.extend(f for f in (evidence.tampering_finding(identity, evidence.harness_identity()),
                                 evidence.threads_finding(extra_threads)) if f is not None)
     findings.extend(PRECISION.findings())
-    result["findings"] = [to_dict(f) for f in findings]
-    result["outcome"] = "ok"
+    report.findings = findings
+    report.outcome = "ok"
 
 
-def profile_run(job: EvalJob, result: dict[str, Any]) -> None:
+def profile_run(job: EvalJob, report: ReportDraft) -> None:
     """Profile mode: run only the candidate's forward inside an NVTX range that ncu filters on."""
     import torch
 
@@ -875,5 +884,5 @@ def profile_run(job: EvalJob, result: dict[str, Any]) -> None:
         for _ in range(job.profile_repeats):
             _call(model_new, inputs)
     torch.cuda.synchronize()
-    result["outcome"] = "ok"
-    result["message"] = "profiled"
+    report.outcome = "ok"
+    report.message = "profiled"
