@@ -187,7 +187,7 @@ step() {
             printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 'key-press-to-render' "$OUT/tui.log" | cut -c1-90)" ;;
         sol)
             [ -f bench/speed_of_light.py ] || { printf 'skipped\tbench/speed_of_light.py is not in this checkout\n'; return; }
-            run sol.log "$STEP_LIMIT" "$PY" bench/speed_of_light.py ${KB:+--kernelbench "$KB"} --first 20 --json "$OUT/speed_of_light.json"; rc=$?
+            run sol.log "$STEP_LIMIT" "$PY" bench/speed_of_light.py ${KB:+--kernelbench "$KB"} --first 20 --parallel "$JOBS" --json "$OUT/speed_of_light.json"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/sol.log")" ;;
     esac
 }

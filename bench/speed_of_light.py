@@ -1,7 +1,7 @@
 """Speed of light on the GPU: `sol_fraction` for every example's nvrtc candidate and for the first N
 KernelBench level-1 problems (each with its own reference as the candidate), and what would be held.
 
-Usage: python bench/speed_of_light.py [--kernelbench ../shared/kernelbench] [--first 20] [--json OUT.json]
+Usage: python bench/speed_of_light.py [--kernelbench ../shared/kernelbench] [--first 20] [--parallel 8] [--json OUT.json]
 Prints one markdown table: bytes, FLOPs, the byte and FLOP floors, the bound, the candidate's median,
 sol_fraction and the hold reasons under the default [hold] settings. The references as candidates fail
 `no_custom_kernel` (they are PyTorch): their timing and speed of light are still recorded.
@@ -68,7 +68,9 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-async def run(kernelbench: Path, first: int) -> list[dict[str, Any]]:
+async def run(kernelbench: Path, first: int, parallel: int = 1) -> list[dict[str, Any]]:
+    """Every job through `parallel` evaluators side by side (their timed windows still hold the GPU alone,
+    engine/gpu/rwlock.py); rows in the jobs' order."""
     from cudaforge.engine.candidate import Candidate, load_candidate
     from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
     from cudaforge.engine.gpu.specs import gpu_spec_for_device
@@ -82,29 +84,39 @@ async def run(kernelbench: Path, first: int) -> list[dict[str, Any]]:
                           peaks=peaks_from_spec(spec),
                           timing={"warmup": 10, "warmup_ms": 25.0, "trials": 50, "min_time_ms": 100.0,
                                   "max_trials": 1000, "host_trials": 20, "l2_flush": True, "baselines": ["eager"]})
-    rows = []
-    evaluator = Evaluator(options)
-    for name, task_path, cand_path in jobs(kernelbench, first):
-        task = load_task(task_path)
-        cand = load_candidate(cand_path) if cand_path else Candidate(
-            source=re.sub(r"\bModel\b", "ModelNew", task.source), format="python")
-        start = time.perf_counter()
-        r = await evaluator.evaluate(task, cand, use_cache=False)
-        rows.append(row(name, r, HoldSettings(), time.perf_counter() - start))
-        sol = rows[-1]["sol_fraction"]
-        print(f"{name:50s} {r.outcome:18s} sol {'—' if sol is None else f'{sol:.1%}'}", file=sys.stderr, flush=True)
-    await evaluator.aclose()
-    return rows
+    todo = list(enumerate(jobs(kernelbench, first)))
+    done: dict[int, dict[str, Any]] = {}
+
+    async def slot() -> None:
+        evaluator = Evaluator(options)
+        try:
+            while todo:
+                index, (name, task_path, cand_path) = todo.pop(0)
+                task = load_task(task_path)
+                cand = load_candidate(cand_path) if cand_path else Candidate(
+                    source=re.sub(r"\bModel\b", "ModelNew", task.source), format="python")
+                start = time.perf_counter()
+                r = await evaluator.evaluate(task, cand, use_cache=False)
+                done[index] = row(name, r, HoldSettings(), time.perf_counter() - start)
+                sol = done[index]["sol_fraction"]
+                print(f"{name:50s} {r.outcome:18s} sol {'—' if sol is None else f'{sol:.1%}'}", file=sys.stderr,
+                      flush=True)
+        finally:
+            await evaluator.aclose()
+
+    await asyncio.gather(*(slot() for _ in range(max(1, parallel))))
+    return [done[i] for i in sorted(done)]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kernelbench", default=str(DEFAULT_KB))
     ap.add_argument("--first", type=int, default=20)
+    ap.add_argument("--parallel", type=int, default=1, help="evaluations in flight (timed windows stay exclusive)")
     ap.add_argument("--json")
     args = ap.parse_args()
     start = time.perf_counter()
-    rows = asyncio.run(run(Path(args.kernelbench), args.first))
+    rows = asyncio.run(run(Path(args.kernelbench), args.first, args.parallel))
     print(table(rows))
     print(f"\n{len(rows)} evaluations in {time.perf_counter() - start:.0f} s")
     if args.json:
