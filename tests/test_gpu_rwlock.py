@@ -206,6 +206,33 @@ def test_the_worker_switches_read_write_read_without_an_upgrade(tmp_path: Path) 
     assert held["gpu_exclusive"] >= 0.4 and held["gpu_shared"] > 0
 
 
+def test_a_reader_yields_to_a_waiting_writer_at_a_step_boundary(tmp_path: Path) -> None:
+    """gpu_share.yield_to_writers (called at every step boundary of the checks): with no writer waiting the
+    read hold stays; with one waiting, the reader lets go, the writer's timed window runs alone, and the
+    reader comes back only once it is over (CLOCK_MONOTONIC windows of both processes)."""
+    from cudaforge.engine.worker import gpu_share
+
+    lock = tmp_path / "gpu0.lock"
+    try:
+        gpu_share.read(str(lock))
+        first = gpu_share._STATE["hold"]
+        assert not rwlock.writer_waiting(lock)
+        gpu_share.yield_to_writers()
+        assert gpu_share._STATE["hold"] is first, "no writer waits: the reader keeps its hold"
+        writer = Actor(lock, rwlock.WRITE, 0.3, tmp_path / "w.json")
+        writer.wait_for("asked")
+        _until(lambda: rwlock.writer_waiting(lock) and _flocks(lock, "WRITE", waiting=True) == 1)
+        released_at = time.monotonic_ns()
+        gpu_share.yield_to_writers()
+        back_at = time.monotonic_ns()
+        rec = writer.finish()
+        assert released_at <= rec["acquired"] and rec["released"] <= back_at, (released_at, rec, back_at)
+        assert gpu_share._STATE["hold"] is not first and gpu_share._STATE["hold"].held
+        assert gpu_share.seconds()["gpu_yields"] >= 1
+    finally:
+        gpu_share.release_all()
+
+
 def test_a_real_worker_times_only_once_other_holders_are_gone(tmp_path: Path) -> None:
     """The worker pipeline itself (CPU device, the CI task), given a GPU lock path: its timed window waits
     for another process's read hold to end (phase timing_wait), and it records that it held the lock alone."""
