@@ -159,7 +159,7 @@ class Evaluator:
         self.options = options
         self.keep_workdirs = keep_workdirs
         self._spare: Spare | None = None
-        self._footprints: dict[tuple[str, int], int] = {}  # (task path, source hash) -> its counted footprint
+        self._footprints: dict[str, int] = {}  # a task's sha256 -> the footprint its evaluation counted
         # Once a caller has asked for a spare, a new one is started as soon as one takes its job (not
         # after the evaluation): its process start and imports overlap the evaluation, and only the
         # GPU part of its warm-up waits for the lock (after the jobs: engine/gpu/turns.py).
@@ -265,7 +265,7 @@ class Evaluator:
             gpu_memory_gb=o.gpu_memory_gb,
             result_path=str(workdir / "result.json"),
             progress_path=str(progress_file(workdir)),
-            footprint_bytes=self._footprints.get((str(task.path), hash(task.source))) if mode == "profile" else None,
+            footprint_bytes=self._footprints.get(task.sha256) if mode == "profile" else None,
         )
 
     def worker_env(self) -> dict[str, str]:
@@ -343,7 +343,7 @@ class Evaluator:
                 outcome = replace(outcome, seconds=round(time.perf_counter() - submitted, 3))
             result = self.assemble(task, candidate, workdir, outcome, out_path, err_path, warnings)
             if result.memory is not None and result.memory.footprint_bytes:
-                self._footprints[(str(task.path), hash(task.source))] = int(result.memory.footprint_bytes)
+                self._footprints[task.sha256] = int(result.memory.footprint_bytes)
             return result
         finally:
             if watcher is not None:

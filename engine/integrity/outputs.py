@@ -28,11 +28,6 @@ def _flat(out: Any) -> list[Any]:
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
-def _slice(t: Any) -> int:
-    """Elements per slice of a whole-tensor check over `t` (no full-size temporaries)."""
-    return slice_elements(t.device)
-
-
 def _mix_in_place(m: Any, v: Any, gen: Any, fraction: float) -> None:
     """Replace about `fraction` of m's elements by v's, in slices, and always at least one drawn element.
     The masks come from `gen`, a generator on m's device: drawn on the host, an 8 GiB input's masks took
@@ -45,7 +40,7 @@ def _mix_in_place(m: Any, v: Any, gen: Any, fraction: float) -> None:
         m.copy_(torch.where(mask, v.to(m.device), m))
         return
     flat, src = m.view(-1), v.reshape(-1)  # `v` may wait on the host: it comes over slice by slice
-    step = _slice(m)
+    step = slice_elements(m.device)
     for start in range(0, flat.numel(), step):
         n = min(step, flat.numel() - start)
         mask = torch.rand(n, generator=gen, device=m.device) < fraction
@@ -111,7 +106,7 @@ def _finite_range(t: Any) -> tuple[float, float, int]:
 
     flat = t.detach().reshape(-1)
     lo, hi, count = float("inf"), float("-inf"), 0
-    step = _slice(flat)
+    step = slice_elements(flat.device)
     for start in range(0, flat.numel(), step):
         part = flat[start:start + step]
         finite = torch.isfinite(part)
@@ -134,7 +129,7 @@ def _constant_values(got: list[Any]) -> list[float | None]:
             values.append(None)
             continue
         gf = g.detach().reshape(-1)
-        step = _slice(gf)
+        step = slice_elements(gf.device)
         same = all(bool((gf[i:i + step] == gf[0]).all()) for i in range(0, gf.numel(), step))
         values.append(float(gf[0]) if same else None)
     return values

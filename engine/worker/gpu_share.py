@@ -15,7 +15,8 @@ from typing import Any
 
 from cudaforge.engine.worker.harness import current_phase, phase
 
-_STATE: dict[str, Any] = {"hold": None, "reservation": None, "shared_s": 0.0, "exclusive_s": 0.0, "since": 0.0}
+_STATE: dict[str, Any] = {"hold": None, "reservation": None, "shared_s": 0.0, "exclusive_s": 0.0, "since": 0.0,
+                          "yields": 0}
 BUDGET_TTL_S = 1.0  # the card's budget is re-read at most this often while a reservation waits
 
 
@@ -61,7 +62,7 @@ def yield_to_writers() -> None:
     lock_path = hold.lock_path
     release_hold()
     read(lock_path, "gpu_wait")
-    _STATE["yields"] = _STATE.get("yields", 0) + 1
+    _STATE["yields"] += 1
 
 
 def write(lock_path: str | None, wait_phase: str = "timing_wait") -> None:
@@ -122,7 +123,7 @@ def seconds() -> dict[str, float]:
     """Seconds this worker held the GPU side by side (`gpu_shared`) and alone (`gpu_exclusive`) so far, the
     current hold included; empty when it never held it (the CPU device)."""
     totals = {"gpu_shared": _STATE["shared_s"], "gpu_exclusive": _STATE["exclusive_s"],
-              "gpu_yields": float(_STATE.get("yields", 0))}
+              "gpu_yields": float(_STATE["yields"])}
     hold = _STATE["hold"]
     if hold is not None and hold.held:
         totals["gpu_exclusive" if hold.kind == "write" else "gpu_shared"] += time.monotonic() - _STATE["since"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from cudaforge.engine.results import Memory, from_dict
@@ -247,6 +247,20 @@ def meta_footprint(task: Any, init: list[Any], seed: int, float_dtype: Any = Non
     return out
 
 
+def op_results_to(note: Callable[[Any], None]) -> Any:
+    """A TorchDispatchMode (not yet entered) that hands every aten op's result to `note`: how MetaPeak and
+    CpuAccounting see each tensor made, factories and extension calls included."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            result = func(*args, **(kwargs or {}))
+            note(result)
+            return result
+
+    return _Mode()
+
+
 class MetaPeak:
     """The most bytes a forward pass on the meta device holds at once in tensors it made: every aten op's
     outputs are counted once per storage until the last tensor on it dies (as CpuAccounting does for the
@@ -260,17 +274,7 @@ class MetaPeak:
         self._mode: Any = None
 
     def __enter__(self) -> MetaPeak:
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        peak = self
-
-        class _Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-                result = func(*args, **(kwargs or {}))
-                peak.note(result)
-                return result
-
-        self._mode = _Mode()
+        self._mode = op_results_to(self.note)
         self._mode.__enter__()
         return self
 
@@ -436,17 +440,7 @@ class CpuAccounting:
             self.host_side = saved
 
     def start(self) -> None:
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        accounting = self
-
-        class _Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-                out = func(*args, **(kwargs or {}))
-                accounting.note(out)
-                return out
-
-        self.mode = _Mode()
+        self.mode = op_results_to(self.note)
         self.mode.__enter__()
 
     def stop(self) -> None:
@@ -541,7 +535,7 @@ def note_phase_peak(ended: str) -> None:
     top = peak()
     if top is None:
         return
-    if ended not in ("done",):
+    if ended != "done":
         PHASE_PEAKS[ended] = max(PHASE_PEAKS.get(ended, 0), top)
     _EVAL_PEAK[0] = max(_EVAL_PEAK[0], top)
     reset_peak()

@@ -543,7 +543,6 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
         raise
     except Exception as exc:
         raise classify_exception(exc, "timing") from None
-    gpu_share.read(job.gpu_lock_path, "gpu_wait")  # (a no-op where `done` already switched)
     method = "cuda_event" if device.type == "cuda" else "perf_counter"
     ref_s, cand_s = stats(samples["reference"], method), stats(samples["candidate"], method)
     noisy = evidence.noisy_timing_finding(ref_s, cand_s, threshold, measurements)
