@@ -17,6 +17,9 @@
 #   JOBS             evaluations in flight for the sweeps (8); GPU_MEMORY_GB their per-worker cap (24)
 #   SHARD            K/N: only every N-th problem of a sweep, from the K-th (1/1)
 #   STEP_LIMIT       seconds a step may run (500; the call also installs the package first)
+#   STEP_LIMITS      per-step limits that override it, e.g. "tests=230 sol=300"
+#   TEST_WORKERS     pytest-xdist processes for the test steps where xdist is installed (4; 0: one process).
+#                    The evaluations of parallel tests share the GPU through the same lock as any of ours.
 # Steps that drive a session or the workbench need textual/openai/anthropic/tomlkit/pydantic: where they are
 # not importable, the wheels in .whl/ (carried) are installed into /tmp/site for those steps only. The engine-only
 # steps run without them, which also shows the engine's GPU path does not need them.
@@ -29,6 +32,8 @@ JOBS=${JOBS:-8}
 GPU_MEMORY_GB=${GPU_MEMORY_GB:-24}
 SHARD=${SHARD:-1/1}
 STEP_LIMIT=${STEP_LIMIT:-500}
+STEP_LIMITS=${STEP_LIMITS:-}
+TEST_WORKERS=${TEST_WORKERS:-4}
 SITE=${GPU_CHECK_SITE:-/tmp/site}
 export PYTHONUNBUFFERED=1 CUDAFORGE_CACHE_DIR=${CUDAFORGE_CACHE_DIR:-/tmp/cfcache}
 
@@ -134,8 +139,11 @@ step() {
     case "$1" in
         tests|tests-integrity)
             local kind=engine; [ "$1" = tests-integrity ] && kind=integrity
+            local xdist=()  # one line per test as it ends (-v): a step cut short still says which passed
+            [ "$TEST_WORKERS" -gt 0 ] && "$PY" -c "import xdist" 2>/dev/null && xdist=(-n "$TEST_WORKERS")
             # shellcheck disable=SC2046
-            run "$1.log" "$STEP_LIMIT" "$PY" -m pytest -q -p no:cacheprovider -m gpu -rf $(gpu_test_files $kind); rc=$?
+            run "$1.log" "$STEP_LIMIT" "$PY" -m pytest -v -p no:cacheprovider -m gpu -rfE --tb=short --durations=10 \
+                "${xdist[@]}" $(gpu_test_files $kind); rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(pytest_line "$OUT/$1.log")" ;;
         examples)
             run examples.log "$((STEP_LIMIT - 30))" "$PY" bench/gpu_examples.py --formats nvrtc,inline \
@@ -187,7 +195,8 @@ step() {
             printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 'key-press-to-render' "$OUT/tui.log" | cut -c1-90)" ;;
         sol)
             [ -f bench/speed_of_light.py ] || { printf 'skipped\tbench/speed_of_light.py is not in this checkout\n'; return; }
-            run sol.log "$STEP_LIMIT" "$PY" bench/speed_of_light.py ${KB:+--kernelbench "$KB"} --first 20 --parallel "$JOBS" --json "$OUT/speed_of_light.json"; rc=$?
+            run sol.log "$STEP_LIMIT" "$PY" bench/speed_of_light.py ${KB:+--kernelbench "$KB"} --first 20 --parallel "$JOBS" --json "$OUT/speed_of_light.json" \
+                --rows "$OUT/sol.rows.jsonl"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/sol.log")" ;;
     esac
 }
@@ -197,8 +206,16 @@ status() {
 }
 
 failed=0
+limit_for() {  # the step's own limit from STEP_LIMITS, else STEP_LIMIT
+    local kv
+    for kv in $STEP_LIMITS; do [ "${kv%%=*}" = "$1" ] && { echo "${kv#*=}"; return; }; done
+    echo "$STEP_LIMIT"
+}
+
+DEFAULT_LIMIT=$STEP_LIMIT
 for s in "$@"; do
     t0=$SECONDS
+    STEP_LIMIT=$(STEP_LIMIT=$DEFAULT_LIMIT limit_for "$s")
     echo "== $s ($(date -u +%H:%M:%S))"
     grep "^$s|" <<< "$STEPS" | cut -d'|' -f3 | grep -q wheels && { wheels || true; }  # here: steps run in a subshell
     result=$(step "$s")

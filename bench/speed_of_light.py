@@ -48,8 +48,17 @@ def row(name: str, r: Any, hold: Any, wall_s: float) -> dict[str, Any]:
             "flop_floor_us": s.flop_floor_ms * 1e3 if s and s.flop_floor_ms is not None else None,
             "peak": s.peak if s else "", "bound": s.bound if s else "",
             "sol_fraction": s.sol_fraction if s else None, "note": s.note if s else "",
+            # the CUPTI kernel-time timer beside the events (events / busy: ~1 where launch gaps are negligible)
+            "cupti_us": t.kernel_candidate.median_ms * 1e3 if t and t.kernel_candidate else None,
             "findings": [f"{f.severity}:{f.name}" for f in r.findings],
-            "hold": [h.kind for h in hold_reasons(r, hold, new_best=False)]}  # accepted results only
+            "hold": [h.kind for h in hold_reasons(r, hold, new_best=False)],  # accepted results only
+            "phases": {k: round(v, 3) for k, v in (r.phases or {}).items()}}  # where the evaluation's time went
+
+
+def cupti(r: dict[str, Any]) -> str:
+    if not r.get("cupti_us") or not r.get("candidate_us"):
+        return "—"
+    return f"{r['cupti_us']:.1f} ({r['candidate_us'] / r['cupti_us']:.3f})"
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -57,20 +66,28 @@ def table(rows: list[dict[str, Any]]) -> str:
         return "—" if v is None else f"{v:.{p}f}"
 
     out = ["| problem | outcome | candidate µs | MB moved | GFLOP | byte floor µs | FLOP floor µs (peak) | bound | "
-           "sol_fraction | hold (default [hold]) |", "|---|---|---|---|---|---|---|---|---|---|"]
+           "sol_fraction | CUPTI busy µs (events / busy) | hold (default [hold]) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         mb = f(r["bytes"] / 1e6, 2) if r["bytes"] is not None else "—"
         gf = f(r["flops"] / 1e9, 3) if r["flops"] is not None else "—"
         out.append(f"| {r['name']} | {r['outcome']} | {f(r['candidate_us'])} | {mb} | {gf} | {f(r['byte_floor_us'], 2)} | "
                    f"{f(r['flop_floor_us'], 2)} ({r['peak'] or '—'}) | {r['bound'] or '—'} | "
                    f"{'—' if r['sol_fraction'] is None else format(r['sol_fraction'], '.1%')} | "
-                   f"{', '.join(r['hold']) or '—'} |")
+                   f"{cupti(r)} | {', '.join(r['hold']) or '—'} |")
     return "\n".join(out)
 
 
-async def run(kernelbench: Path, first: int, parallel: int = 1) -> list[dict[str, Any]]:
-    """Every job through `parallel` evaluators side by side (their timed windows still hold the GPU alone,
-    engine/gpu/rwlock.py); rows in the jobs' order."""
+def top_phases(phases: dict[str, float], n: int = 6) -> str:
+    """The evaluation's largest steps (sub-phases included), for the progress line."""
+    return " ".join(f"{k}={v:.1f}" for k, v in sorted(phases.items(), key=lambda kv: -kv[1])[:n])
+
+
+async def run(kernelbench: Path, first: int, parallel: int = 1, rows_path: Path | None = None
+              ) -> list[dict[str, Any]]:
+    """The examples one at a time (their events against CUPTI's busy time with no other evaluation's
+    launches beside them), then the KernelBench problems through `parallel` evaluators side by side
+    (their timed windows still hold the GPU alone, engine/gpu/rwlock.py); rows in the jobs' order."""
     from cudaforge.engine.candidate import Candidate, load_candidate
     from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
     from cudaforge.engine.gpu.specs import gpu_spec_for_device
@@ -99,11 +116,19 @@ async def run(kernelbench: Path, first: int, parallel: int = 1) -> list[dict[str
                 r = await evaluator.evaluate(task, cand, use_cache=False)
                 done[index] = row(name, r, HoldSettings(), time.perf_counter() - start)
                 sol = done[index]["sol_fraction"]
-                print(f"{name:50s} {r.outcome:18s} sol {'—' if sol is None else f'{sol:.1%}'}", file=sys.stderr,
-                      flush=True)
+                print(f"{name:50s} {r.outcome:18s} sol {'—' if sol is None else f'{sol:.1%}'} "
+                      f"{cupti(done[index])} wall {done[index]['wall_s']} s: {top_phases(done[index]['phases'])}",
+                      file=sys.stderr, flush=True)
+                if rows_path is not None:  # a run cut short still leaves its rows
+                    with rows_path.open("a", encoding="utf-8") as out:
+                        out.write(json.dumps(done[index]) + "\n")
         finally:
             await evaluator.aclose()
 
+    kernelbench_jobs = [j for j in todo if j[1][2] is None]
+    todo[:] = [j for j in todo if j[1][2] is not None]
+    await slot()  # the examples, alone
+    todo[:] = kernelbench_jobs
     await asyncio.gather(*(slot() for _ in range(max(1, parallel))))
     return [done[i] for i in sorted(done)]
 
@@ -114,9 +139,11 @@ def main() -> int:
     ap.add_argument("--first", type=int, default=20)
     ap.add_argument("--parallel", type=int, default=1, help="evaluations in flight (timed windows stay exclusive)")
     ap.add_argument("--json")
+    ap.add_argument("--rows", help="append one JSON line per evaluation here as it finishes")
     args = ap.parse_args()
     start = time.perf_counter()
-    rows = asyncio.run(run(Path(args.kernelbench), args.first, args.parallel))
+    rows = asyncio.run(run(Path(args.kernelbench), args.first, args.parallel,
+                           Path(args.rows) if args.rows else None))
     print(table(rows))
     print(f"\n{len(rows)} evaluations in {time.perf_counter() - start:.0f} s")
     if args.json:

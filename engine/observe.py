@@ -9,6 +9,7 @@ engine/integrity/ from importing engine/worker/.
 from __future__ import annotations
 
 import contextlib
+import secrets
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -28,11 +29,20 @@ def slice_elements(device: Any) -> int:
     return DEVICE_CHUNK_ELEMENTS if kind == "cuda" else CHUNK_ELEMENTS
 
 
+# The fingerprint's position weights are keyed per process (drawn when this module is imported, before any
+# candidate code runs): a change that keeps both sums cannot be planned from the source, only by reading
+# this process's memory, which is tampering (integrity/evidence.py harness checks) and out of the sums' reach.
+_PRIME = 2147483629  # the largest prime below 2**31: weights stay below 2**31, products below 2**63
+_KEY = (secrets.randbelow(_PRIME - 1) + 1, secrets.randbelow(_PRIME))
+
+
 def fingerprint(t: Any) -> tuple[Any, ...]:
-    """An exact-content fingerprint of a tensor, computed in slices on its device: two position-weighted
-    integer sums of its raw bits. Used where keeping a full copy only to compare it later would double
-    the memory (the reference's inputs before and after its call). Not for candidate-controlled data
-    where a collision could be engineered: there the tensors themselves are compared."""
+    """An exact-content fingerprint of a tensor, computed in slices on its device, so no copy of it is
+    kept: on a GPU two integer sums of its raw 32-bit words, one plain and one weighted by a keyed
+    universal hash of each word's position (any change of a word moves the weighted sum unless it is
+    matched by a change elsewhere that depends on the key); on the host a BLAKE2b hash of its bytes.
+    Used wherever a full copy would exist only to be compared later: the inputs of both sides around
+    their calls, the outputs a cache probe compares with the next call's."""
     import torch
 
     if not isinstance(t, torch.Tensor) or t.numel() == 0:
@@ -48,16 +58,28 @@ def fingerprint(t: Any) -> tuple[Any, ...]:
     if nbytes % 4 == 0:
         with contextlib.suppress(RuntimeError):  # a view at an offset not aligned to 4 bytes stays in bytes
             raw = raw.view(torch.int32)
-    s1 = torch.zeros((), dtype=torch.int64, device=t.device)
-    s2 = torch.zeros((), dtype=torch.int64, device=t.device)
-    step = slice_elements(t.device)
+    plain, weighted = word_sums(raw)
+    return (plain, weighted, t.numel(), str(t.dtype))
+
+
+def word_sums(raw: Any) -> tuple[int, int]:
+    """The GPU fingerprint's two sums over a flat integer tensor (the raw words), in slices where it
+    lives: the plain sum and the sum weighted by the keyed hash of each position (both modulo 2**64)."""
+    import torch
+
+    s1 = torch.zeros((), dtype=torch.int64, device=raw.device)
+    s2 = torch.zeros((), dtype=torch.int64, device=raw.device)
+    step = slice_elements(raw.device)
+    scale, shift = _KEY
     for start in range(0, raw.numel(), step):
         part = raw[start:start + step].to(torch.int64)
-        pos = torch.arange(start, start + part.numel(), device=t.device, dtype=torch.int64)
+        weight = torch.arange(start, start + part.numel(), device=raw.device, dtype=torch.int64)
+        weight.mul_(scale).add_(shift).remainder_(_PRIME).add_(1)
         s1 += part.sum()
-        s2 += (part * ((pos * 2654435761) % 2147483629 + 1)).sum()
-        del part, pos
-    return (int(s1), int(s2), t.numel(), str(t.dtype))
+        s2 += (part * weight).sum()
+        del part, weight
+    plain, weighted = torch.stack((s1, s2)).tolist()  # one device sync for both
+    return int(plain), int(weighted)
 
 
 def bits_equal(a: Any, b: Any) -> bool:

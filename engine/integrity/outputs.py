@@ -28,27 +28,35 @@ def _flat(out: Any) -> list[Any]:
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
-def _mix_in_place(m: Any, v: Any, gen: Any, fraction: float) -> None:
-    """Replace about `fraction` of m's elements by v's, in slices, and always at least one drawn element.
-    The masks come from `gen`, a generator on m's device: drawn on the host, an 8 GiB input's masks took
-    seconds per probe on the GPU machine."""
+def _mix_in_place(m: Any, gen: Any, fraction: float) -> None:
+    """Replace about `fraction` of m's elements, and always at least one, by m's own values at other
+    positions (each slice rolled by a random offset): valid values of the task's own draw, with no second
+    input set and nothing from the host. The masks and offsets come from `gen`, a generator on m's
+    device (masks drawn on the host took seconds per probe of an 8 GiB input on the GPU machine)."""
     import torch
 
+    n_all = m.numel()
+    if n_all < 2:
+        return
     if not m.is_contiguous():
         mask = torch.rand(m.shape, generator=gen, device=m.device) < fraction
-        mask.view(-1)[int(torch.randint(m.numel(), (1,), generator=gen, device=m.device))] = True
-        m.copy_(torch.where(mask, v.to(m.device), m))
+        donor = m.reshape(-1).roll(1 + int(torch.randint(n_all - 1, (1,), generator=gen, device=m.device)))
+        m.copy_(torch.where(mask, donor.view(m.shape), m))
         return
-    flat, src = m.view(-1), v.reshape(-1)  # `v` may wait on the host: it comes over slice by slice
+    flat = m.view(-1)
     step = slice_elements(m.device)
-    for start in range(0, flat.numel(), step):
-        n = min(step, flat.numel() - start)
+    for start in range(0, n_all, step):
+        n = min(step, n_all - start)
+        if n < 2:
+            break
+        part = flat[start:start + n]
         mask = torch.rand(n, generator=gen, device=m.device) < fraction
-        part = src[start:start + n].to(m.device, non_blocking=True)
-        flat[start:start + n] = torch.where(mask, part, flat[start:start + n])
-        del part
-    i = int(torch.randint(flat.numel(), (1,), generator=gen, device=m.device))
-    flat[i] = src[i].to(m.device)
+        shift = 1 + int(torch.randint(n - 1, (1,), generator=gen, device=m.device))
+        part.copy_(torch.where(mask, part.roll(shift), part))
+        del mask
+    i = int(torch.randint(n_all, (1,), generator=gen, device=m.device))
+    j = (i + 1 + int(torch.randint(n_all - 1, (1,), generator=gen, device=m.device))) % n_all
+    flat[i] = flat[j].clone()
 
 
 OFFSET_BYTES = 4096  # where new_memory's tensors start in memory they may share with the freed inputs'
@@ -135,6 +143,36 @@ def _constant_values(got: list[Any]) -> list[float | None]:
     return values
 
 
+def reference_spreads(expected: list[Any]) -> list[float | None]:
+    """Per output: the spread (max - min) of the reference's finite float values where there are two or
+    more of them, else None (read where the output lives, before it moves to the host)."""
+    import torch
+
+    spreads: list[float | None] = []
+    for e in expected:
+        if not isinstance(e, torch.Tensor) or e.numel() < 2 or not e.is_floating_point():
+            spreads.append(None)
+            continue
+        lo, hi, finite = _finite_range(e)  # in slices: no full-size float64 copy
+        spreads.append(hi - lo if finite >= 2 else None)
+    return spreads
+
+
+def constant_finding(spreads: list[float | None], got_constant: list[float | None]) -> Finding | None:
+    """`constant_output` when a float output is one repeated value (`got_constant`, _constant_values of the
+    candidate's outputs) while the reference's varies (`spreads`, reference_spreads of its outputs)."""
+    hits = []
+    for k, (spread, value) in enumerate(zip(spreads, got_constant, strict=False)):
+        # A spread that is only denormal noise could flush to zero in an honest kernel.
+        if spread is None or spread <= 1e-30 or value is None:
+            continue
+        hits.append({"output": k, "value": value, "reference_spread": spread})
+    if not hits:
+        return None
+    return finding("constant_output", "output(s) " + ", ".join(str(h["output"]) for h in hits)
+                   + " hold one repeated value where the reference's values vary", {"outputs": hits})
+
+
 def check_constant_output(expected: list[Any], got: list[Any],
                           got_constant: list[float | None] | None = None) -> Finding | None:
     """`constant_output` when a float output is one repeated value while the reference's varies.
@@ -147,26 +185,10 @@ def check_constant_output(expected: list[Any], got: list[Any],
 
     if got_constant is None:
         got_constant = _constant_values(got)
-    hits = []
-    for k, (e, g) in enumerate(zip(expected, got, strict=False)):
-        if not (isinstance(e, torch.Tensor) and isinstance(g, torch.Tensor)) or e.numel() < 2 or g.numel() < 2:
-            continue
-        if not (e.is_floating_point() and g.is_floating_point()):
-            continue
-        lo, hi, finite = _finite_range(e)  # in slices: no full-size float64 copy
-        if finite < 2:
-            continue
-        spread = hi - lo
-        # A spread that is only denormal noise could flush to zero in an honest kernel.
-        if spread <= 1e-30:
-            continue
-        value = got_constant[k] if k < len(got_constant) else None
-        if value is not None:
-            hits.append({"output": k, "value": value, "reference_spread": spread})
-    if not hits:
-        return None
-    return finding("constant_output", "output(s) " + ", ".join(str(h["output"]) for h in hits)
-                   + " hold one repeated value where the reference's values vary", {"outputs": hits})
+    pairs = list(zip(expected, got, strict=False))
+    spreads = reference_spreads([e if isinstance(g, torch.Tensor) and g.numel() >= 2 and g.is_floating_point() else None
+                                 for e, g in pairs])
+    return constant_finding(spreads, got_constant[:len(pairs)])
 
 
 def check_cache_reuse(
@@ -180,29 +202,34 @@ def check_cache_reuse(
     sparse_fraction: float = 1 / 16,
     to_host: Callable[[list[Any]], list[Any]] | None = None,
     fresh_beside: bool = True,
+    reference_mutates: bool = False,
 ) -> list[Finding]:
     """Probe the candidate for results cached across calls; returns findings (empty when clean).
 
     `run_candidate(inputs)` / `run_reference(inputs)` call the model on a list of inputs and return its
     output (synchronising the device); `make_inputs(seed)` draws a fresh input list on the device.
-    Call it only after correctness passed. The probes, in order, on draws seed, seed+1, seed+2:
+    Call it only after correctness passed. Each probe runs the reference on its inputs, then the
+    candidate on the same inputs, and compares; the probes, in order:
 
-    1. A in fresh memory: the baseline (no finding unless the candidate is wrong here, then none at all).
-    2. same_memory: draw B written into A's tensors through `.data` (same pointers, same shapes, version
-       counters unchanged), so a cache keyed on data_ptr/id/storage/_version returns A's result.
-       After each candidate call its inputs get the probe's values back the same way, and the reference
-       runs on them (`to_host(values)` makes the host snapshots; default: clones).
-    3. same_memory_sparse: B's values (as the reference left them) with ~1/16 of the floating-point
-       elements replaced from draw A, in the same memory: defeats caches that validate a few sampled
-       elements (up to SPARSE_ROUNDS times, each with a new mask, while the candidate stays right).
-    4. new_memory: a fresh draw in new tensors: defeats caches keyed on shape.
+    1. baseline: draw A (seed) in fresh memory (no finding unless the candidate is wrong here, then none
+       at all: the correctness trials are the judge of that).
+    2. same_memory: draw B (seed+1) written into A's tensors through `.data` (same pointers, same shapes,
+       version counters unchanged), so a cache keyed on data_ptr/id/storage/_version returns A's result.
+    3. same_memory_sparse: about 1/16 of the floating-point elements, and always one, replaced by values
+       of the same tensor at other positions, in the same memory: defeats caches that validate a few
+       sampled elements (up to SPARSE_ROUNDS times, each with a new mask, while the candidate stays right).
+    4. new_memory: a fresh draw C (seed+2) in new tensors: defeats caches keyed on shape.
 
-    One input set on the device at a time: B is drawn first and waits on the host (`to_host`) while A
-    is drawn and probed; A's host snapshot is the sparse rounds' donor. Draw C (seed+2) must not land at
-    A's addresses (a cache that recomputes on the same pointers and serves its entry on new ones would
-    pass): with `fresh_beside` (a second input set fits the memory rule) it is drawn while A's tensors
-    live; else it is drawn once A's are gone, goes to the host, and comes back into new tensors placed
-    past the start of whatever memory they get (OFFSET_BYTES), each with its own storage.
+    Memory (engine/worker/memory.py): one input set on the device, and one output: the reference's
+    output waits on the host (`to_host`; default: clones) while the candidate runs, and the outputs of
+    the previous probe are kept as fingerprints only. A reference that changes its inputs in place
+    (`reference_mutates`) gets them back from a host snapshot before the candidate runs; a candidate
+    that changes them needs nothing: the next probe writes its values over them, and both sides see
+    what it leaves. With `fresh_beside` (a second input set fits the memory rule) B and C are drawn
+    beside A's tensors; else B is drawn first and waits on the host, and C is drawn once A's tensors
+    are gone, goes to the host and comes back into new tensors placed past the start of whatever memory
+    they get (OFFSET_BYTES), each with its own storage (a cache that recomputes on the same pointers and
+    serves its entry on new ones must not find A's addresses again).
 
     A wrong probe whose output equals the previous call's output exactly, while the reference's outputs
     differ, is `result_cache` (fail). Any other wrong probe is `inconsistent_output` (fail for the
@@ -213,7 +240,7 @@ def check_cache_reuse(
     import torch
     from cudaforge.engine.observe import checkpoint, fingerprint
 
-    def snapshot(values: list[Any]) -> list[Any]:
+    def park(values: list[Any]) -> list[Any]:
         return to_host(values) if to_host is not None else \
             [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in values]
 
@@ -229,74 +256,59 @@ def check_cache_reuse(
         # buffer on every call, so the tensor itself would change under us).
         return [fingerprint(v) if isinstance(v, torch.Tensor) else v for v in out]
 
-    # Memory (engine/worker/memory.py): one input set on the device (two for a moment while the next draw
-    # is written into it), one output at a time: the candidate's output waits on the host (`to_host`)
-    # while the reference runs on the same inputs, written back from their host snapshot; the
-    # reference's previous output waits there too. The candidate's previous output is a fingerprint.
     findings: list[Finding] = []
-    b = make_inputs(seed + 1)
-    b_host = snapshot(b)  # waits on the host until it is written into A's memory
-    del b
-    work = make_inputs(seed)
-    saved = snapshot(work)
-    first = _flat(run_candidate(work))
-    constant_got = _constant_values(first)
-    first_host = snapshot(first)
-    out_prev = prints(first)
-    del first
-    write(work, saved)
-    ref_dev = _flat(run_reference(work))  # compared on the device; the host copies come over in slices
-    if not _match(ref_dev, first_host, atol, rtol):
-        return findings  # wrong to begin with: the correctness trials are the judge of that
-    constant = check_constant_output(ref_dev, first_host, constant_got)
-    ref_prev = snapshot(ref_dev)
-    del first_host, ref_dev
-    last_constant: list[Finding | None] = [constant]
+    previous: dict[str, Any] = {}  # the last probe's output fingerprints: "candidate", "reference"
+    constants: list[Finding | None] = []
 
-    def probe(name: str, inputs: list[Any], severity_other: Severity) -> tuple[bool, list[Any]]:
-        """The candidate on `inputs`, then the reference on the same values written back; returns whether
-        the candidate was right and the inputs as the reference left them."""
-        nonlocal out_prev, ref_prev
+    def probe(name: str, inputs: list[Any], severity_other: Severity) -> bool:
+        """The reference on `inputs`, then the candidate on the same values; whether the candidate was right."""
         checkpoint()  # a step boundary: a timed window waiting elsewhere goes first
-        values = snapshot(inputs)
+        values = park(inputs) if reference_mutates else None
+        ref_dev = _flat(run_reference(inputs))
+        ref_print = prints(ref_dev)
+        spreads = reference_spreads(ref_dev)
+        expected = park(ref_dev)
+        del ref_dev
+        if values is not None:
+            write(inputs, values)
+            del values
         got = _flat(run_candidate(inputs))
         got_print = prints(got)
-        got_constant = _constant_values(got)
-        got_host = snapshot(got)
-        del got
-        write(inputs, values)
-        del values
-        ref_dev = _flat(run_reference(inputs))
-        ok = _match(ref_dev, got_host, atol, rtol)
-        last_constant[0] = check_constant_output(ref_dev, got_host, got_constant)
-        del got_host
-        evidence = {"probe": name, "seed": seed}
-        stale = not ok and got_print == out_prev and not _match(ref_dev, ref_prev, atol, rtol)
-        ref_prev = None  # one reference output on the host at a time
-        ref = snapshot(ref_dev)
-        del ref_dev
+        constant = constant_finding(spreads, _constant_values(got))
+        ok = _match(expected, got, atol, rtol)  # the host copies come over in slices
+        del got, expected
+        stale = not ok and got_print == previous.get("candidate") and ref_print != previous.get("reference")
+        previous.update(candidate=got_print, reference=ref_print)
+        if name == "baseline":
+            constants.append(constant if ok else None)
+            return ok
+        constants.append(constant)
         if not ok:
+            evidence = {"probe": name, "seed": seed, "stale": stale}
             if stale:
                 findings.append(finding("result_cache",
                                         f"with new input values ({name.replace('_', ' ')}) the candidate returned "
-                                        "exactly its previous output: results are cached across calls",
-                                        {**evidence, "stale": True}))
+                                        "exactly its previous output: results are cached across calls", evidence))
             else:
                 findings.append(finding("inconsistent_output",
                                         f"wrong result on a later call with new input values "
                                         f"({name.replace('_', ' ')}), though earlier calls were correct",
-                                        {**evidence, "stale": False}, severity=severity_other))
-        out_prev, ref_prev = got_print, ref
-        return ok, inputs
+                                        evidence, severity=severity_other))
+        return ok
 
-    same_shapes = len(work) == len(b_host) and all(
+    b = None if fresh_beside else park(make_inputs(seed + 1))  # waits on the host until it goes into A's memory
+    work = make_inputs(seed)
+    if not probe("baseline", work, "fail"):
+        return findings  # wrong to begin with: the correctness trials are the judge of that
+    if b is None:
+        b = make_inputs(seed + 1)  # beside A: a second input set fits
+    same_shapes = len(work) == len(b) and all(
         not isinstance(x, torch.Tensor) or (isinstance(y, torch.Tensor) and x.shape == y.shape and x.dtype == y.dtype)
-        for x, y in zip(work, b_host, strict=True))
+        for x, y in zip(work, b, strict=True))
     if same_shapes and _tensors(work):
-        write(work, b_host)
-        del b_host
-        ok, work = probe("same_memory", work, "fail")
-        # The sparse mixes start from b as the reference left it (in `work` now): both sides see the same values.
+        write(work, b)
+        del b
+        ok = probe("same_memory", work, "fail")
         gens: dict[str, Any] = {}  # one per device: masks drawn where the inputs live, never on the host
         # Up to SPARSE_ROUNDS sparse changes with independent masks: a cache validated by k sampled
         # elements survives one with probability (1 - sparse_fraction)^k, all of them with its cube.
@@ -305,20 +317,19 @@ def check_cache_reuse(
                 break
             changed = False
             with torch.no_grad():
-                for m, v in zip(work, saved, strict=True):
-                    if isinstance(m, torch.Tensor) and m.is_floating_point() and m.numel() > 0:
+                for m in work:
+                    if isinstance(m, torch.Tensor) and m.is_floating_point() and m.numel() > 1:
                         key = str(m.device)
                         if key not in gens:
                             gens[key] = torch.Generator(device=m.device).manual_seed(seed)
-                        _mix_in_place(m.data, v, gens[key], sparse_fraction)  # .data: the version stays
+                        _mix_in_place(m.data, gens[key], sparse_fraction)  # .data: the version stays
                         changed = True
-            m = v = None  # the loop's names would keep the last input alive
+            m = None  # the loop's name would keep the last input alive
             if not changed:
                 break
-            ok, work = probe("same_memory_sparse", work, "warn")
+            ok = probe("same_memory_sparse", work, "warn")
     else:
-        del b_host
-    del saved
+        del b
     if fresh_beside:
         fresh = make_inputs(seed + 2)  # allocated while the probed inputs live: other addresses
         del work
@@ -326,15 +337,14 @@ def check_cache_reuse(
         del work
         c = make_inputs(seed + 2)  # likely at the freed addresses: it goes to the host and comes back offset
         devices = [x.device if isinstance(x, torch.Tensor) else None for x in c]
-        c_host = snapshot(c)
+        c_host = park(c)
         del c
         fresh = [_offset_copy(h, d) if isinstance(h, torch.Tensor) and d is not None else h
                  for h, d in zip(c_host, devices, strict=True)]
         del c_host
     probe("new_memory", fresh, "fail")
     del fresh
-    if constant is None:
-        constant = last_constant[0]
+    constant = next((c for c in constants if c is not None), None)  # the first probe's that saw one
     if constant is not None:
         findings.append(constant)
     # One finding per name: the first (most telling) probe's.

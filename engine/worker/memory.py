@@ -369,10 +369,12 @@ def tight_bytes(footprint: int) -> int:
 
 
 def host_needed_bytes(input_bytes: int, output_bytes: int) -> int:
-    """Host memory an evaluation holds beside the task's own: the pinned copies that stand in for a
-    second set on the device. At most two input sets (a snapshot and a probe's next draw, or the sparse
-    donor) and three outputs (the cache probes' previous outputs beside the one being compared)."""
-    return 2 * input_bytes + 3 * output_bytes
+    """Host memory an evaluation holds beside the task's own: the copies that stand in for a second set on
+    the device. One output at a time (the side that ran first waits there; the outputs of a previous
+    call are fingerprints) and at most two input sets (a cache probe's next draw where it does not fit
+    beside the probed one, and a reference that changes its inputs in place gets them back from a
+    snapshot); the correctness trials copy no inputs at all (fingerprints, and draws made again)."""
+    return 2 * input_bytes + output_bytes
 
 
 def host_available_bytes() -> int | None:

@@ -325,48 +325,44 @@ def _trial(task: Any, model: Any, model_new: Any, device: Any, float_dtype: Any,
     """One correctness trial: (expected, got, inputs the candidate changed, candidate aliases its inputs,
     the reference changed its inputs).
 
-    Memory (engine/worker/memory.py): one input set and one output set on the device at a time. The draw's
-    host snapshot stands in for a clone: the side that runs second gets the draw back in place (or a
-    fresh draw of the same seed), and the candidate's inputs are compared with the snapshot bit for bit
-    (candidate data: never a fingerprint). The reference's inputs before and after its call are compared
-    by fingerprint (its own code). The side that ran first waits on the host: the reference's outputs
-    (poisoned on the device, so a candidate reading freed memory finds NaN) or the candidate's."""
-    import torch
-
+    Memory (engine/worker/memory.py): one input set and one output set on the device at a time, and no
+    copy of the inputs anywhere. The inputs are fingerprinted once after the draw (observe.fingerprint:
+    keyed per process, computed where they live); each side's call is followed by another fingerprint,
+    so a side that changed them is seen without a clone or a host snapshot. The side that runs second
+    gets the draw itself where the first left it unchanged, else a fresh draw of the same seed (the
+    same values: draws are deterministic). The side that ran first waits on the host: the reference's
+    outputs (poisoned on the device, so a candidate reading freed memory finds NaN) or the candidate's."""
     inputs = _draw(task, seed, device, float_dtype, dist)
-    with sub_phase("snapshot"):
-        snapshot = memory.host_copy(inputs)
-    mutated: set[int] = set()
+    with sub_phase("fingerprint"):
+        drawn = _prints(inputs)
     set_reference_numerics()
 
-    def reference() -> tuple[list[Any], set[int]]:
+    def changed_since_draw() -> set[int]:
         with sub_phase("fingerprint"):
-            before = [observe.fingerprint(x) if isinstance(x, torch.Tensor) else None for x in inputs]
+            now = _prints(inputs)
+        return {k for k, (b, x) in enumerate(zip(drawn, now, strict=True)) if b is not None and x != b}
+
+    def reference() -> tuple[list[Any], set[int]]:
         with sub_phase("reference"):
             out = flatten_outputs(_run_reference(model, inputs, device))
-        with sub_phase("fingerprint"):
-            changed = {k for k, (b, x) in enumerate(zip(before, inputs, strict=True))
-                       if b is not None and observe.fingerprint(x) != b}
+        changed = changed_since_draw()
         if fixed is not None:
             with sub_phase("fixed_value"):
                 fixed.add(out)
         return out, changed
 
-    def candidate() -> tuple[list[Any], bool]:
+    def candidate() -> tuple[list[Any], set[int], bool]:
         with sub_phase("candidate"):
             got = flatten_outputs(_run_candidate(model_new, inputs, device))
         with sub_phase("mutation"):
-            mutated.update(k for k, (x, h) in enumerate(zip(inputs, snapshot, strict=True))
-                           if isinstance(h, torch.Tensor) and not observe.bits_equal(x, h))
-        return got, _aliases(got, inputs)
+            changed = changed_since_draw()
+        return got, changed, _aliases(got, inputs)
 
-    def fresh_inputs() -> list[Any]:
+    def redrawn() -> list[Any]:
         nonlocal inputs
+        inputs = []  # the changed set goes before the fresh one comes: one input set on the device
         with sub_phase("restore"):
-            if memory.restore(inputs, snapshot):
-                return inputs
-        inputs = []
-        return _draw(task, seed, device, float_dtype, dist)
+            return _draw(task, seed, device, float_dtype, dist)
 
     if order == "reference_first":
         ref_out, ref_changed = reference()
@@ -376,19 +372,27 @@ def _trial(task: Any, model: Any, model_new: Any, device: Any, float_dtype: Any,
         _poison(ref_out)  # outputs that are its inputs' memory poison those: the candidate gets them back below
         del ref_out
         if ref_changed or ref_aliased:
-            inputs = fresh_inputs()
-        got, cand_aliased = candidate()
+            inputs = redrawn()
+        got, mutated, cand_aliased = candidate()
     else:
-        got_dev, cand_aliased = candidate()
+        got_dev, mutated, cand_aliased = candidate()
         with sub_phase("to_host"):
             got = memory.host_copy(got_dev)
         del got_dev
-        inputs = fresh_inputs()
+        if mutated or cand_aliased:
+            inputs = redrawn()
         expected, ref_changed = reference()
         ref_aliased = _aliases(expected, inputs)
     # Where the reference changed an input (an in-place task), what the candidate did to it is its answer.
     mutated -= ref_changed
     return expected, got, mutated, cand_aliased and not ref_aliased, bool(ref_changed)
+
+
+def _prints(values: list[Any]) -> list[Any]:
+    """Each tensor's fingerprint (None for other values)."""
+    import torch
+
+    return [observe.fingerprint(x) if isinstance(x, torch.Tensor) else None for x in values]
 
 
 def _run_reference(model: Any, inputs: list[Any], device: Any) -> Any:
@@ -839,7 +843,8 @@ def evaluate(job: EvalJob, report: ReportDraft) -> None:
         lambda inp: _run_candidate(model_new, inp, device), lambda inp: _run_reference(model, inp, device),
         lambda seed: make_inputs(task, seed, device, _float_dtype(job.precision)),
         atol=corr.atol, rtol=corr.rtol, seed=job.seed + 20_000, to_host=memory.host_copy,
-        fresh_beside=memory.second_draw_fits(int(memory.REFERENCE_IO.get("input_bytes", 0)))))
+        fresh_beside=memory.second_draw_fits(int(memory.REFERENCE_IO.get("input_bytes", 0))),
+        reference_mutates=REFERENCE_SEEN["mutates"]))
     memory.release()
     observe.checkpoint()
     report.timing, report.speed_of_light = timing(job, task, model, model_new, device, findings, default_numerics,
