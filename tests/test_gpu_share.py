@@ -30,4 +30,7 @@ def test_four_evaluations_in_flight_share_the_gpu_and_time_alone(gpu_options) ->
     for name, r in zip(names, results, strict=True):
         assert r.outcome == "ok", f"{name}: {r.message}\n{r.stderr_tail}"
         assert r.phases.get("gpu_exclusive", 0.0) > 0 and r.phases.get("gpu_shared", 0.0) > 0, r.phases
-    assert ledger.reserved_bytes(gpu_lock_path(gpu_options.gpu)) == 0  # every reservation was given back
+    # Every reservation of these evaluations was given back (the ledger is the card's: evaluations of tests
+    # running beside this one, under pytest-xdist, hold their own).
+    ours = {f"evaluate {n}/task" for n in names}
+    assert [e for e in ledger.live_entries(gpu_lock_path(gpu_options.gpu)) if e.label in ours] == []

@@ -183,3 +183,19 @@ def test_constant_output_where_the_reference_varies() -> None:
 ])
 def test_check_constant_output(expected: torch.Tensor, got: torch.Tensor, flagged: bool) -> None:
     assert (check_constant_output([expected], [got]) is not None) is flagged
+
+
+def test_new_memory_draw_never_lands_on_the_probed_addresses() -> None:
+    """Where the allocator hands the freed memory back (simulated: the draw returns tensors over the old
+    storage), the draw comes back from the host into new tensors at other addresses, with its values."""
+    from cudaforge.engine.integrity.outputs import _addresses, _draw_elsewhere
+
+    storage = torch.randn(1024)
+    work = [storage[:512].view(16, 32), 3]
+    old = _addresses(work)
+    fresh = _draw_elsewhere(work, lambda: [storage[:512].view(16, 32), 3], lambda v: [
+        t.clone() if isinstance(t, torch.Tensor) else t for t in v])
+    assert work == [] and not (_addresses(fresh) & old)
+    assert torch.equal(fresh[0], storage[:512].view(16, 32)) and fresh[1] == 3
+    elsewhere = torch.randn(16, 32)
+    assert _draw_elsewhere([torch.randn(4)], lambda: [elsewhere], lambda v: v)[0] is elsewhere  # no copy needed

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from cudaforge.engine.integrity.registry import finding
+from cudaforge.engine.integrity.runtime import flip_in_place
 from cudaforge.engine.observe import slice_elements
 from cudaforge.engine.results import Finding, Severity
 
@@ -79,6 +80,40 @@ def _offset_copy(host: Any, device: Any) -> Any:
         return view
     out._cudaforge_allocation = buf  # the memory's one owner, alive as long as the tensor (and counted once)
     return out
+
+
+SPACER_BYTES = 4 << 20  # held while the new-memory draw is made where the probed inputs were just freed
+
+
+def _addresses(values: list[Any]) -> set[int]:
+    import torch
+
+    return {p for v in values if isinstance(v, torch.Tensor) and v.numel() > 0
+            for p in (v.data_ptr(), v.untyped_storage().data_ptr())}
+
+
+def _draw_elsewhere(work: list[Any], draw: Callable[[], list[Any]], park: Callable[[list[Any]], list[Any]]
+                    ) -> list[Any]:
+    """A fresh draw in new memory once the probed inputs (`work`, emptied here) are freed, never at their
+    addresses: a cache that recomputes on the same pointers and serves its entry on new ones must not find
+    them again. A spacer taken from the freed memory first makes the allocator put the draw elsewhere; where
+    it still lands on an old address, the draw goes to the host and comes back into new tensors placed past
+    the start of whatever memory they get (OFFSET_BYTES), each with its own storage."""
+    import torch
+
+    old = _addresses(work)
+    devices = {x.device for x in work if isinstance(x, torch.Tensor)}
+    work.clear()
+    spacers = [torch.empty(SPACER_BYTES, dtype=torch.uint8, device=d) for d in devices]
+    fresh = draw()
+    del spacers
+    if not (_addresses(fresh) & old):
+        return fresh
+    placed = [x.device if isinstance(x, torch.Tensor) else None for x in fresh]
+    on_host = park(fresh)
+    fresh.clear()
+    return [_offset_copy(h, d) if isinstance(h, torch.Tensor) and d is not None else h
+            for h, d in zip(on_host, placed, strict=True)]
 
 
 def _match(expected: list[Any], got: list[Any], atol: float, rtol: float) -> bool:
@@ -226,10 +261,9 @@ def check_cache_reuse(
     (`reference_mutates`) gets them back from a host snapshot before the candidate runs; a candidate
     that changes them needs nothing: the next probe writes its values over them, and both sides see
     what it leaves. With `fresh_beside` (a second input set fits the memory rule) B and C are drawn
-    beside A's tensors; else B is drawn first and waits on the host, and C is drawn once A's tensors
-    are gone, goes to the host and comes back into new tensors placed past the start of whatever memory
-    they get (OFFSET_BYTES), each with its own storage (a cache that recomputes on the same pointers and
-    serves its entry on new ones must not find A's addresses again).
+    beside A's tensors. Else B is A's own values reversed in place (runtime.flip_in_place, every value one
+    the task drew; where an input is not floating point, B is drawn first and waits on the host), and C
+    is drawn once A's tensors are gone, never at their addresses (_draw_elsewhere).
 
     A wrong probe whose output equals the previous call's output exactly, while the reference's outputs
     differ, is `result_cache` (fail). Any other wrong probe is `inconsistent_output` (fail for the
@@ -296,17 +330,31 @@ def check_cache_reuse(
                                         evidence, severity=severity_other))
         return ok
 
-    b = None if fresh_beside else park(make_inputs(seed + 1))  # waits on the host until it goes into A's memory
+    # B where a second set does not fit beside A: A's own values reversed in place (runtime.FlippingDraw's
+    # flip, through .data so the version stays) where every input is floating point, else a draw that
+    # waits on the host until it goes into A's memory.
+    b: list[Any] | None = None
     work = make_inputs(seed)
+    flip = not fresh_beside and bool(_tensors(work)) and all(
+        x.is_floating_point() and x.is_contiguous() and x.numel() > 1 for x in _tensors(work))
+    if not fresh_beside and not flip:
+        del work
+        b = park(make_inputs(seed + 1))
+        work = make_inputs(seed)
     if not probe("baseline", work, "fail"):
         return findings  # wrong to begin with: the correctness trials are the judge of that
-    if b is None:
+    if fresh_beside:
         b = make_inputs(seed + 1)  # beside A: a second input set fits
-    same_shapes = len(work) == len(b) and all(
+    same_shapes = flip or (b is not None and len(work) == len(b) and all(
         not isinstance(x, torch.Tensor) or (isinstance(y, torch.Tensor) and x.shape == y.shape and x.dtype == y.dtype)
-        for x, y in zip(work, b, strict=True))
+        for x, y in zip(work, b, strict=True)))
     if same_shapes and _tensors(work):
-        write(work, b)
+        if flip:
+            for t in _tensors(work):
+                flip_in_place(t.data)  # .data: same memory, the version counter untouched
+            t = None  # the loop's name would keep the last input alive
+        else:
+            write(work, b)
         del b
         ok = probe("same_memory", work, "fail")
         gens: dict[str, Any] = {}  # one per device: masks drawn where the inputs live, never on the host
@@ -334,14 +382,7 @@ def check_cache_reuse(
         fresh = make_inputs(seed + 2)  # allocated while the probed inputs live: other addresses
         del work
     else:
-        del work
-        c = make_inputs(seed + 2)  # likely at the freed addresses: it goes to the host and comes back offset
-        devices = [x.device if isinstance(x, torch.Tensor) else None for x in c]
-        c_host = park(c)
-        del c
-        fresh = [_offset_copy(h, d) if isinstance(h, torch.Tensor) and d is not None else h
-                 for h, d in zip(c_host, devices, strict=True)]
-        del c_host
+        fresh = _draw_elsewhere(work, lambda: make_inputs(seed + 2), park)
     probe("new_memory", fresh, "fail")
     del fresh
     constant = next((c for c in constants if c is not None), None)  # the first probe's that saw one
