@@ -191,8 +191,16 @@ def format_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | None, quiet: bool = False
-                ) -> list[dict[str, Any]]:
+async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | None, quiet: bool = False,
+                spares_per_slot: int | None = None) -> list[dict[str, Any]]:
+    """Every problem through `jobs` slots side by side. A slot takes turns among `spares_per_slot`
+    evaluators, each keeping one spare worker warming (on a GPU: interpreter, torch, CUDA context,
+    CUPTI; about 8 s on the H200): with one, an evaluation shorter than a warm-up waited for the next
+    spare (`spare_wait` about 8 s a problem in session 8's capped shard); with two, each spare has two
+    evaluations' time to get ready. Default: two on a GPU, one on the CPU device (where a spare importing
+    torch beside a host-timed evaluation disturbs it)."""
+    if spares_per_slot is None:
+        spares_per_slot = 2 if options.device == "cuda" else 1
     from cudaforge.engine.candidate import Candidate
     from cudaforge.engine.evaluation.evaluator import Evaluator
     from cudaforge.engine.task import load_task
@@ -204,11 +212,15 @@ async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | No
     out = rows_path.open("a", encoding="utf-8") if rows_path else None
 
     async def slot() -> None:
-        evaluator = Evaluator(options)
-        evaluator.prewarm()
+        evaluators = [Evaluator(options) for _ in range(max(1, spares_per_slot))]
+        for warming in evaluators:
+            warming.prewarm()
+        turn = 0
         try:
             while not queue.empty():
                 path = queue.get_nowait()
+                evaluator = evaluators[turn % len(evaluators)]
+                turn += 1
                 start = time.perf_counter()
                 try:
                     task = load_task(path)
@@ -227,7 +239,8 @@ async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | No
                     out.write(json.dumps(row) + "\n")
                     out.flush()
         finally:
-            await evaluator.aclose()
+            for used in evaluators:
+                await used.aclose()
 
     try:
         await asyncio.gather(*(slot() for _ in range(max(1, jobs))))
@@ -300,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, help="evaluations in flight (default: what the card's memory admits, at "
                     f"most {MAX_JOBS}; builds overlap)")
     ap.add_argument("--trials", type=int, default=3, help="correctness trials per problem (+ the shifted one)")
+    ap.add_argument("--spares-per-slot", type=int,
+                    help="spare workers warming per slot (each evaluation takes one; default 2 on a GPU, 1 on the CPU)")
     ap.add_argument("--shard", default="1/1", metavar="K/N", help="only every N-th problem, starting at the K-th")
     ap.add_argument("--json", help="write rows and summary as one JSON document here")
     ap.add_argument("--rows", help="append one JSON line per problem here as it finishes")
@@ -321,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"sweeping {len(paths)} problems on {args.device}, {args.jobs} in flight"
           + (f", cap {args.gpu_memory_gb:g} GiB" if args.gpu_memory_gb else ""), file=sys.stderr, flush=True)
     start = time.perf_counter()
-    rows = asyncio.run(sweep(paths, options, args.jobs, Path(args.rows) if args.rows else None))
+    rows = asyncio.run(sweep(paths, options, args.jobs, Path(args.rows) if args.rows else None,
+                             spares_per_slot=args.spares_per_slot))
     summary = summarize(rows, time.perf_counter() - start)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
