@@ -66,11 +66,26 @@ def _original(seed: int = 11) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("order", ORDERS)
-def test_an_honest_trial_parks_only_an_output_and_passes(order: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("fits", [True, False], ids=["output-fits-beside", "output-to-host"])
+def test_an_honest_trial_copies_no_inputs_and_passes(order: str, fits: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first side's output waits on the device where a second output fits the memory rule beside the
+    reference's peak (memory.park), else on the host; the inputs are never copied."""
+    monkeypatch.setattr(memory, "second_draw_fits", lambda nbytes: fits)
     (expected, got, mutated, aliased, ref_changed), parked = _run(RowSum(), order, monkeypatch)
-    assert parked == [(ROWS,)]  # one output waits on the host; the inputs are never copied
+    assert parked == ([] if fits else [(ROWS,)])
     assert not mutated and not aliased and not ref_changed
     assert torch.equal(expected[0], got[0]) and torch.equal(expected[0], _original().sum(dim=1))
+
+
+def test_an_output_that_shares_memory_with_the_inputs_goes_to_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kept on the device it would keep the inputs' memory alive when they are drawn again."""
+    monkeypatch.setattr(memory, "second_draw_fits", lambda nbytes: True)
+    x = torch.randn(4, 4)
+    parked, copied = memory.park([x.view(-1)], beside=[x])
+    assert copied and parked[0].data_ptr() != x.data_ptr() and torch.equal(parked[0], x.view(-1))
+    y = torch.randn(4)
+    parked, copied = memory.park([y], beside=[x])
+    assert not copied and parked[0] is y
 
 
 @pytest.mark.parametrize("order", ORDERS)

@@ -238,6 +238,7 @@ def check_cache_reuse(
     to_host: Callable[[list[Any]], list[Any]] | None = None,
     fresh_beside: bool = True,
     reference_mutates: bool = False,
+    park_output: Callable[[list[Any], list[Any]], list[Any]] | None = None,
 ) -> list[Finding]:
     """Probe the candidate for results cached across calls; returns findings (empty when clean).
 
@@ -256,7 +257,8 @@ def check_cache_reuse(
     4. new_memory: a fresh draw C (seed+2) in new tensors: defeats caches keyed on shape.
 
     Memory (engine/worker/memory.py): one input set on the device, and one output: the reference's
-    output waits on the host (`to_host`; default: clones) while the candidate runs, and the outputs of
+    output waits while the candidate runs where `park_output(output, inputs)` puts it (the worker: on the
+    device where a second output fits the memory rule, else on the host; default: `to_host`, else clones), and the outputs of
     the previous probe are kept as fingerprints only. A reference that changes its inputs in place
     (`reference_mutates`) gets them back from a host snapshot before the candidate runs; a candidate
     that changes them needs nothing: the next probe writes its values over them, and both sides see
@@ -301,7 +303,7 @@ def check_cache_reuse(
         ref_dev = _flat(run_reference(inputs))
         ref_print = prints(ref_dev)
         spreads = reference_spreads(ref_dev)
-        expected = park(ref_dev)
+        expected = park_output(ref_dev, inputs) if park_output is not None else park(ref_dev)
         del ref_dev
         if values is not None:
             write(inputs, values)

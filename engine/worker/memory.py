@@ -759,6 +759,23 @@ def measure_reference(draw: Any, run: Any, flatten: Any, mem: dict[str, Any]) ->
     release()
 
 
+def park(values: list[Any], beside: list[Any] = ()) -> tuple[list[Any], bool]:
+    """Where the output of the side that ran first waits while the other side runs, and whether it was
+    copied: kept where it is where one more set of its size fits the memory rule beside the reference's
+    own peak (second_draw_fits) and it shares no memory with `beside` (the inputs, which may be drawn
+    again), else a host copy (host_copy). A tensor kept alive is memory no later allocation gets, so a
+    candidate handing back unwritten memory cannot find it there; where it was copied, the callers poison
+    the original for the same reason."""
+    import torch
+
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    mine = {t.untyped_storage().data_ptr() for t in tensors if t.numel() > 0}
+    theirs = {t.untyped_storage().data_ptr() for t in beside if isinstance(t, torch.Tensor) and t.numel() > 0}
+    if tensors and not (mine & theirs) and second_draw_fits(tensor_bytes(tensors)):
+        return list(values), False
+    return host_copy(values), True
+
+
 def second_draw_fits(draw_bytes: int) -> bool:
     """Whether timing may keep a second input draw on the device within the memory rule: the timed calls
     hold about the reference's own peak plus that draw, which must stay under FACTOR x that peak +

@@ -325,13 +325,15 @@ def _trial(task: Any, model: Any, model_new: Any, device: Any, float_dtype: Any,
     """One correctness trial: (expected, got, inputs the candidate changed, candidate aliases its inputs,
     the reference changed its inputs).
 
-    Memory (engine/worker/memory.py): one input set and one output set on the device at a time, and no
-    copy of the inputs anywhere. The inputs are fingerprinted once after the draw (observe.fingerprint:
-    keyed per process, computed where they live); each side's call is followed by another fingerprint,
+    Memory (engine/worker/memory.py): one input set on the device, one output set (two where a second fits
+    the memory rule beside the reference's peak: memory.park), and no copy of the inputs anywhere. The
+    inputs are fingerprinted once after the draw (observe.fingerprint: keyed per process, computed where
+    they live); each side's call is followed by another fingerprint,
     so a side that changed them is seen without a clone or a host snapshot. The side that runs second
     gets the draw itself where the first left it unchanged, else a fresh draw of the same seed (the
-    same values: draws are deterministic). The side that ran first waits on the host: the reference's
-    outputs (poisoned on the device, so a candidate reading freed memory finds NaN) or the candidate's."""
+    same values: draws are deterministic). The side that ran first waits where memory.park puts it: on
+    the device (kept alive, so no later allocation gets its memory) where it fits, else on the host (the
+    reference's poisoned on the device first, so a candidate reading freed memory finds NaN)."""
     inputs = _draw(task, seed, device, float_dtype, dist)
     with sub_phase("fingerprint"):
         drawn = _prints(inputs)
@@ -368,8 +370,9 @@ def _trial(task: Any, model: Any, model_new: Any, device: Any, float_dtype: Any,
         ref_out, ref_changed = reference()
         ref_aliased = _aliases(ref_out, inputs)
         with sub_phase("to_host"):
-            expected = memory.host_copy(ref_out)
-        _poison(ref_out)  # outputs that are its inputs' memory poison those: the candidate gets them back below
+            expected, copied = memory.park(ref_out, beside=inputs)
+        if copied:
+            _poison(ref_out)  # outputs that are its inputs' memory poison those: the candidate gets them back below
         del ref_out
         if ref_changed or ref_aliased:
             inputs = redrawn()
@@ -377,7 +380,7 @@ def _trial(task: Any, model: Any, model_new: Any, device: Any, float_dtype: Any,
     else:
         got_dev, mutated, cand_aliased = candidate()
         with sub_phase("to_host"):
-            got = memory.host_copy(got_dev)
+            got, _ = memory.park(got_dev, beside=inputs)
         del got_dev
         if mutated or cand_aliased:
             inputs = redrawn()
@@ -843,6 +846,7 @@ def evaluate(job: EvalJob, report: ReportDraft) -> None:
         lambda inp: _run_candidate(model_new, inp, device), lambda inp: _run_reference(model, inp, device),
         lambda seed: make_inputs(task, seed, device, _float_dtype(job.precision)),
         atol=corr.atol, rtol=corr.rtol, seed=job.seed + 20_000, to_host=memory.host_copy,
+        park_output=lambda out, inputs: memory.park(out, beside=inputs)[0],
         fresh_beside=memory.second_draw_fits(int(memory.REFERENCE_IO.get("input_bytes", 0))),
         reference_mutates=REFERENCE_SEEN["mutates"]))
     memory.release()
