@@ -206,16 +206,16 @@ status() {
 }
 
 failed=0
-limit_for() {  # the step's own limit from STEP_LIMITS, else STEP_LIMIT
+limit_for() {  # the step's own limit from STEP_LIMITS, else the default (STEP_LIMIT as given)
     local kv
     for kv in $STEP_LIMITS; do [ "${kv%%=*}" = "$1" ] && { echo "${kv#*=}"; return; }; done
-    echo "$STEP_LIMIT"
+    echo "$DEFAULT_LIMIT"
 }
 
 DEFAULT_LIMIT=$STEP_LIMIT
 for s in "$@"; do
     t0=$SECONDS
-    STEP_LIMIT=$(STEP_LIMIT=$DEFAULT_LIMIT limit_for "$s")
+    STEP_LIMIT=$(limit_for "$s")
     echo "== $s ($(date -u +%H:%M:%S))"
     grep "^$s|" <<< "$STEPS" | cut -d'|' -f3 | grep -q wheels && { wheels || true; }  # here: steps run in a subshell
     result=$(step "$s")

@@ -62,6 +62,13 @@ def fingerprint(t: Any) -> tuple[Any, ...]:
     return (plain, weighted, t.numel(), str(t.dtype))
 
 
+def fingerprints(values: list[Any]) -> list[Any]:
+    """Each tensor's fingerprint; other values as they are (compared by value)."""
+    import torch
+
+    return [fingerprint(v) if isinstance(v, torch.Tensor) else v for v in values]
+
+
 def word_sums(raw: Any) -> tuple[int, int]:
     """The GPU fingerprint's two sums over a flat integer tensor (the raw words), in slices where it
     lives: the plain sum and the sum weighted by the keyed hash of each position (both modulo 2**64)."""

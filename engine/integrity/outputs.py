@@ -92,7 +92,7 @@ def _addresses(values: list[Any]) -> set[int]:
             for p in (v.data_ptr(), v.untyped_storage().data_ptr())}
 
 
-def _draw_elsewhere(work: list[Any], draw: Callable[[], list[Any]], park: Callable[[list[Any]], list[Any]]
+def _draw_elsewhere(work: list[Any], draw: Callable[[], list[Any]], to_host: Callable[[list[Any]], list[Any]]
                     ) -> list[Any]:
     """A fresh draw in new memory once the probed inputs (`work`, emptied here) are freed, never at their
     addresses: a cache that recomputes on the same pointers and serves its entry on new ones must not find
@@ -110,7 +110,7 @@ def _draw_elsewhere(work: list[Any], draw: Callable[[], list[Any]], park: Callab
     if not (_addresses(fresh) & old):
         return fresh
     placed = [x.device if isinstance(x, torch.Tensor) else None for x in fresh]
-    on_host = park(fresh)
+    on_host = to_host(fresh)
     fresh.clear()
     return [_offset_copy(h, d) if isinstance(h, torch.Tensor) and d is not None else h
             for h, d in zip(on_host, placed, strict=True)]
@@ -274,11 +274,16 @@ def check_cache_reuse(
     Exceptions raised by the callables propagate (the worker classifies them).
     """
     import torch
-    from cudaforge.engine.observe import checkpoint, fingerprint
+    from cudaforge.engine.observe import checkpoint, fingerprints
 
-    def park(values: list[Any]) -> list[Any]:
+    def off_device(values: list[Any]) -> list[Any]:
         return to_host(values) if to_host is not None else \
             [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in values]
+
+    def off_device_beside(out: list[Any], _inputs: list[Any]) -> list[Any]:
+        return off_device(out)
+
+    park = park_output or off_device_beside
 
     def write(dst: list[Any], src: list[Any]) -> None:
         # Through .data: same memory, version counters untouched (a cache keyed on _version sees no change).
@@ -287,11 +292,6 @@ def check_cache_reuse(
                 if isinstance(w, torch.Tensor):
                     w.data.copy_(v)
 
-    def prints(out: list[Any]) -> list[Any]:
-        # The exact content of an output without keeping a copy of it (a candidate may hand back the same
-        # buffer on every call, so the tensor itself would change under us).
-        return [fingerprint(v) if isinstance(v, torch.Tensor) else v for v in out]
-
     findings: list[Finding] = []
     previous: dict[str, Any] = {}  # the last probe's output fingerprints: "candidate", "reference"
     constants: list[Finding | None] = []
@@ -299,17 +299,19 @@ def check_cache_reuse(
     def probe(name: str, inputs: list[Any], severity_other: Severity) -> bool:
         """The reference on `inputs`, then the candidate on the same values; whether the candidate was right."""
         checkpoint()  # a step boundary: a timed window waiting elsewhere goes first
-        values = park(inputs) if reference_mutates else None
+        values = off_device(inputs) if reference_mutates else None
         ref_dev = _flat(run_reference(inputs))
-        ref_print = prints(ref_dev)
+        # The outputs' exact content without keeping a copy (a candidate may hand back the same buffer on
+        # every call, so the tensor itself would change under us).
+        ref_print = fingerprints(ref_dev)
         spreads = reference_spreads(ref_dev)
-        expected = park_output(ref_dev, inputs) if park_output is not None else park(ref_dev)
+        expected = park(ref_dev, inputs)
         del ref_dev
         if values is not None:
             write(inputs, values)
             del values
         got = _flat(run_candidate(inputs))
-        got_print = prints(got)
+        got_print = fingerprints(got)
         constant = constant_finding(spreads, _constant_values(got))
         ok = _match(expected, got, atol, rtol)  # the host copies come over in slices
         del got, expected
@@ -341,7 +343,7 @@ def check_cache_reuse(
         x.is_floating_point() and x.is_contiguous() and x.numel() > 1 for x in _tensors(work))
     if not fresh_beside and not flip:
         del work
-        b = park(make_inputs(seed + 1))
+        b = off_device(make_inputs(seed + 1))
         work = make_inputs(seed)
     if not probe("baseline", work, "fail"):
         return findings  # wrong to begin with: the correctness trials are the judge of that
@@ -384,7 +386,7 @@ def check_cache_reuse(
         fresh = make_inputs(seed + 2)  # allocated while the probed inputs live: other addresses
         del work
     else:
-        fresh = _draw_elsewhere(work, lambda: make_inputs(seed + 2), park)
+        fresh = _draw_elsewhere(work, lambda: make_inputs(seed + 2), off_device)
     probe("new_memory", fresh, "fail")
     del fresh
     constant = next((c for c in constants if c is not None), None)  # the first probe's that saw one

@@ -630,22 +630,6 @@ def host_copy(values: list[Any], wait: bool = True) -> list[Any]:
     return out
 
 
-def restore(values: list[Any], snapshot: list[Any]) -> bool:
-    """Write `snapshot` (host_copy of the same values) back into `values` in place; False where a tensor
-    no longer has the snapshot's shape and dtype (the caller draws afresh)."""
-    import torch
-
-    pairs = [(v, h) for v, h in zip(values, snapshot, strict=True) if isinstance(h, torch.Tensor)]
-    if not all(isinstance(v, torch.Tensor) and v.shape == h.shape and v.dtype == h.dtype for v, h in pairs):
-        return False
-    with torch.no_grad():
-        for v, h in pairs:
-            v.copy_(h, non_blocking=True)
-    if any(v.is_cuda for v, _ in pairs):
-        torch.cuda.synchronize()
-    return True
-
-
 # ------------------------------------------------------------------ the worker's steps
 
 

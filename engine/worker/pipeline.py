@@ -334,15 +334,18 @@ def _trial(task: Any, model: Any, model_new: Any, device: Any, float_dtype: Any,
     same values: draws are deterministic). The side that ran first waits where memory.park puts it: on
     the device (kept alive, so no later allocation gets its memory) where it fits, else on the host (the
     reference's poisoned on the device first, so a candidate reading freed memory finds NaN)."""
+    import torch
+
     inputs = _draw(task, seed, device, float_dtype, dist)
+    tensors = [k for k, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
     with sub_phase("fingerprint"):
-        drawn = _prints(inputs)
+        drawn = observe.fingerprints(inputs)
     set_reference_numerics()
 
     def changed_since_draw() -> set[int]:
         with sub_phase("fingerprint"):
-            now = _prints(inputs)
-        return {k for k, (b, x) in enumerate(zip(drawn, now, strict=True)) if b is not None and x != b}
+            now = observe.fingerprints(inputs)
+        return {k for k in tensors if now[k] != drawn[k]}
 
     def reference() -> tuple[list[Any], set[int]]:
         with sub_phase("reference"):
@@ -389,13 +392,6 @@ def _trial(task: Any, model: Any, model_new: Any, device: Any, float_dtype: Any,
     # Where the reference changed an input (an in-place task), what the candidate did to it is its answer.
     mutated -= ref_changed
     return expected, got, mutated, cand_aliased and not ref_aliased, bool(ref_changed)
-
-
-def _prints(values: list[Any]) -> list[Any]:
-    """Each tensor's fingerprint (None for other values)."""
-    import torch
-
-    return [observe.fingerprint(x) if isinstance(x, torch.Tensor) else None for x in values]
 
 
 def _run_reference(model: Any, inputs: list[Any], device: Any) -> Any:
