@@ -72,6 +72,18 @@ def fingerprints(values: list[Any]) -> list[Any]:
 def word_sums(raw: Any) -> tuple[int, int]:
     """The GPU fingerprint's two sums over a flat integer tensor (the raw words), in slices where it
     lives: the plain sum and the sum weighted by the keyed hash of each position (both modulo 2**64)."""
+
+    if raw.device.type == "cuda":
+        from cudaforge.engine import check_kernels
+
+        fused = check_kernels.word_sums(raw, _KEY)  # one launch; the same sums (check_kernels.py)
+        if fused is not None:
+            return fused
+    return word_sums_in_slices(raw)
+
+
+def word_sums_in_slices(raw: Any) -> tuple[int, int]:
+    """word_sums' PyTorch form (the host, and the GPU where the fused kernel cannot run)."""
     import torch
 
     s1 = torch.zeros((), dtype=torch.int64, device=raw.device)

@@ -27,6 +27,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from cudaforge.engine import check_kernels
 from cudaforge.engine.integrity.registry import finding
 from cudaforge.engine.observe import EXT_RANGE, custom_launches, slice_elements
 from cudaforge.engine.results import Finding, KernelLaunch
@@ -458,16 +459,18 @@ class FixedValueProbe:
             return
         for k, t in floats.items():
             flat = t.detach().reshape(-1)
-            # In slices (no full-size temporaries), the bounds kept on the device: one host sync per output.
-            acc = torch.tensor([float("-inf"), float("inf"), 1.0], dtype=torch.float64, device=flat.device)
-            step = slice_elements(flat.device) // 4  # float64 temporaries: a few of a quarter slice each
-            for start in range(0, flat.numel(), step):
-                e = flat[start:start + step].double()
-                tol = e.abs().mul_(self.rtol).add_(self.atol)
-                acc[0] = torch.maximum(acc[0], (e - tol).max())
-                acc[1] = torch.minimum(acc[1], (e + tol).min())
-                acc[2] = torch.minimum(acc[2], torch.isfinite(e).all().double())
-                del e, tol
+            acc = check_kernels.fixed_bounds(flat, self.atol, self.rtol)  # on a GPU: one pass (check_kernels.py)
+            if acc is None:
+                # In slices (no full-size temporaries), the bounds kept on the device: one host sync per output.
+                acc = torch.tensor([float("-inf"), float("inf"), 1.0], dtype=torch.float64, device=flat.device)
+                step = slice_elements(flat.device) // 4  # float64 temporaries: a few of a quarter slice each
+                for start in range(0, flat.numel(), step):
+                    e = flat[start:start + step].double()
+                    tol = e.abs().mul_(self.rtol).add_(self.atol)
+                    acc[0] = torch.maximum(acc[0], (e - tol).max())
+                    acc[1] = torch.minimum(acc[1], (e + tol).min())
+                    acc[2] = torch.minimum(acc[2], torch.isfinite(e).all().double())
+                    del e, tol
             lo, hi, finite = acc.tolist()
             if not finite:
                 self.possible = False

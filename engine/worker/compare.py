@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from cudaforge.engine import check_kernels
 from cudaforge.engine.observe import slice_elements
 from cudaforge.engine.results import OutputCheck, WorstElement
 
@@ -45,21 +46,11 @@ def compare_output(index: int, expected: Any, got: Any, atol: float, rtol: float
     # In slices: full-size float temporaries (diff, masks, copies) would each cost the output's size again.
     # One pass per slice, its statistics kept on the device: the host waits once at the end, not per slice.
     ef, gf = expected.detach().reshape(-1), got.detach().reshape(-1)
-    stats = torch.zeros(4, dtype=torch.float64, device=where)  # mismatches, non-finite, max abs, max rel
-    top_vals: list[Any] = []
-    top_idx: list[Any] = []
-    chunk = _CHUNK or slice_elements(where)
-    for start in range(0, numel, chunk):
-        e = ef[start:start + chunk].to(device=where, dtype=work, non_blocking=True)
-        g = gf[start:start + chunk].to(device=where, dtype=work, non_blocking=True)
-        part, diff = _compare_slice(e, g, exact, atol, rtol)
-        stats[:2] += part[:2]
-        stats[2:] = torch.maximum(stats[2:], part[2:])
-        values, idx = diff.topk(min(worst_k, diff.numel()))
-        top_vals.append(values)
-        top_idx.append(idx + start)
-        del e, g, diff
-    vals, idxs = torch.cat(top_vals), torch.cat(top_idx)
+    fused = None if exact or _CHUNK or worst_k > check_kernels.TOP else check_kernels.compare_stats(ef, gf, atol, rtol)
+    if fused is not None:  # both on one GPU: one pass, the same statistics (check_kernels.py)
+        stats, vals, idxs = fused
+    else:
+        stats, vals, idxs = _compare_in_slices(ef, gf, where, work, exact, atol, rtol, worst_k)
     k = min(worst_k, numel, vals.numel())
     order = vals.topk(k).indices
     count, nonfinite_f, max_abs, max_rel = stats.tolist()
@@ -70,7 +61,7 @@ def compare_output(index: int, expected: Any, got: Any, atol: float, rtol: float
         max_rel = float("inf")
     worst: list[WorstElement] = []
     if max_abs > 0:
-        top = [(v, fi) for v, fi in zip(vals[order].tolist(), idxs[order].tolist(), strict=True) if v != 0]
+        top = [(v, fi) for v, fi in zip(vals[order].tolist(), idxs[order].tolist(), strict=True) if v > 0]
         if top:
             flat_idx = torch.tensor([fi for _, fi in top], dtype=torch.int64)
             coords = torch.stack(torch.unravel_index(flat_idx, expected.shape), dim=1).tolist() \
@@ -87,6 +78,27 @@ def compare_output(index: int, expected: Any, got: Any, atol: float, rtol: float
             reason += f" ({nonfinite} non-finite)"
     return OutputCheck(passed=mismatches == 0, max_abs_err=max_abs, max_rel_err=max_rel, mismatches=mismatches,
                        numel=numel, nonfinite_got=0 if finite_all else nonfinite, worst=tuple(worst), reason=reason, **base)
+
+
+def _compare_in_slices(ef: Any, gf: Any, where: Any, work: Any, exact: bool, atol: float, rtol: float,
+                       worst_k: int) -> tuple[Any, Any, Any]:
+    """The PyTorch form: (stats, largest abs errors, their flat indices), a slice at a time."""
+    numel = ef.numel()
+    stats = torch.zeros(4, dtype=torch.float64, device=where)  # mismatches, non-finite, max abs, max rel
+    top_vals: list[Any] = []
+    top_idx: list[Any] = []
+    chunk = _CHUNK or slice_elements(where)
+    for start in range(0, numel, chunk):
+        e = ef[start:start + chunk].to(device=where, dtype=work, non_blocking=True)
+        g = gf[start:start + chunk].to(device=where, dtype=work, non_blocking=True)
+        part, diff = _compare_slice(e, g, exact, atol, rtol)
+        stats[:2] += part[:2]
+        stats[2:] = torch.maximum(stats[2:], part[2:])
+        values, idx = diff.topk(min(worst_k, diff.numel()))
+        top_vals.append(values)
+        top_idx.append(idx + start)
+        del e, g, diff
+    return stats, torch.cat(top_vals), torch.cat(top_idx)
 
 
 def _compare_slice(e: Any, g: Any, exact: bool, atol: float, rtol: float) -> tuple[Any, Any]:
