@@ -4,7 +4,7 @@ table "candidate | hack | expected | got" (markdown) for bench/RESULTS.md, last.
 Usage: python bench/adversarial_table.py [--json OUT.json] [--parallel N]
 Up to --parallel evaluations in flight (`--parallel 8` for the GPU proof): builds, start-up and the
 checks run side by side (readers of the per-GPU lock, admitted by memory); the timed windows hold the
-GPU alone (docs/ARCHITECTURE.md, "Sharing the GPU"). About 1.5-2.5 min on an H200 (12 evaluations, NVRTC only, no nvcc builds).
+GPU alone (docs/ARCHITECTURE.md, "Sharing the GPU"). About 1.5-2.5 min on an H200 (13 evaluations, NVRTC only, no nvcc builds).
 Exit code 0 when every candidate got its expected outcome and findings, else 1.
 """
 
@@ -53,8 +53,12 @@ CASES = [
          frozenset({"timing_output_mismatch"})),
     Case("ctypes_event.py", "task.py", "Event.elapsed_time replaced through ctypes", "integrity_failure",
          frozenset({"harness_tampering", "harness_patching"})),
+    # The failing hidden_async_work comes from the stream-capture check whatever the clocks say (#23);
+    # timer_disagreement (warn) shows up only where the clocks see the side stream too, so it is not required.
     Case("side_stream.py", "task.py", "work on a side stream, not waited for", "integrity_failure",
-         frozenset({"hidden_async_work"}), frozenset({"side_stream", "timer_disagreement"})),
+         frozenset({"hidden_async_work"}), frozenset({"side_stream"})),
+    Case("joined_side_stream.py", "task.py", "none (side stream forked and joined back)", "ok",
+         warns=frozenset({"side_stream"})),
     Case("stale_output.py", "task.py", "returns unwritten memory from the start", "wrong_result"),
     Case("cached_output.py", "task.py", "output cached by address + one element", "integrity_failure",
          any_of=frozenset({"faster_than_memory_bound", "result_cache"}), or_no_gain=True),

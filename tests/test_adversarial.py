@@ -245,6 +245,71 @@ def test_gpu_side_stream_work_is_hidden_async_work(gpu_opts) -> None:
     assert "hidden_async_work" in names(r, "fail") and "side_stream" in names(r, "warn")
 
 
+ONE_QUEUE = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}  # every stream on one hardware queue: the clocks see no side stream
+
+
+def _evaluate_with_env(options, name: str, env: dict[str, str]) -> EvalResult:
+    """An evaluation whose worker gets `env` besides ours (the worker's environment is a copy of this process's)."""
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        return evaluate(options, name, CUDA_TASK)
+
+
+@pytest.fixture(scope="module")
+def one_queue_side_stream(gpu_opts) -> EvalResult:
+    return _evaluate_with_env(gpu_opts, "cuda/side_stream.py", ONE_QUEUE)
+
+
+def _captured(result: EvalResult) -> list:
+    return [f for f in result.findings if f.name == "hidden_async_work" and f.evidence.get("check") == "stream_capture"]
+
+
+@pytest.mark.gpu
+def test_gpu_side_stream_on_one_hardware_queue_fails_by_stream_capture(one_queue_side_stream: EvalResult) -> None:
+    """#23: with CUDA_DEVICE_MAX_CONNECTIONS=1 the hardware serializes the side stream behind the timed one, so
+    the events can hold its work and the clocks read an honest time. The stream capture decides from the
+    dependencies instead: the forward forks a side stream and never joins it, a failing hidden_async_work."""
+    r = one_queue_side_stream
+    assert r.outcome == "integrity_failure" and not r.accepted, describe(r)
+    found = _captured(r)
+    assert len(found) == 1 and found[0].severity == "fail", describe(r)
+    assert "(stream capture: unjoined)" in found[0].message and "unjoined" in found[0].evidence["error"], describe(r)
+    assert "side_stream" in names(r, "warn") and "stream_capture_skipped" not in names(r), describe(r)
+    # The evaluation went on after the capture: timed, with the check's note beside the timing.
+    assert r.timing is not None and str(r.timing.settings.get("stream_capture", "")).startswith("unjoined"), describe(r)
+
+
+@pytest.mark.gpu
+def test_gpu_cupti_records_show_the_side_stream_work(one_queue_side_stream: EvalResult) -> None:
+    """The check's second reason to run, besides the static warning: the kernel check's CUPTI records put the
+    candidate's kernel on a stream other than the calling one (marked by our one-element copy)."""
+    found = _captured(one_queue_side_stream)
+    assert found, describe(one_queue_side_stream)
+    assert any(reason.startswith("CUPTI") and "cf_adv_relu" in reason for reason in found[0].evidence["reasons"]), \
+        found[0].evidence
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("name", "env", "captured"), [
+    ("cuda/honest.py", ONE_QUEUE, False),  # one stream: the check does not run at all
+    ("cuda/joined_side_stream.py", ONE_QUEUE, True),  # forked and joined back: the capture ends cleanly
+    ("cuda/joined_side_stream.py", {}, True),
+], ids=["honest-one-queue", "joined-one-queue", "joined"])
+def test_gpu_honest_streams_get_no_side_stream_finding(gpu_opts, name: str, env: dict[str, str],
+                                                       captured: bool) -> None:
+    r = _evaluate_with_env(gpu_opts, name, env)
+    assert r.outcome == "ok" and not r.failing_findings(), describe(r)
+    assert not {"hidden_async_work", "stream_capture_skipped"} & names(r), describe(r)
+    assert r.timing is not None, describe(r)
+    note = r.timing.settings.get("stream_capture")
+    if captured:
+        assert str(note).startswith("joined"), (note, describe(r))
+        assert "side_stream" in names(r, "warn"), describe(r)
+    else:
+        assert note is None, note  # an honest candidate on one stream pays nothing for the check
+
+
 @pytest.mark.gpu
 def test_gpu_stale_reference_memory_is_a_wrong_result(gpu_opts) -> None:
     r = evaluate(gpu_opts, "cuda/stale_output.py", CUDA_TASK)

@@ -35,8 +35,8 @@ _KINDS = (
                 "the candidate uses the reference Model or imports the task module", "static"),
     FindingKind("threads_or_processes", "fail", "the candidate starts threads or processes", "static"),
     FindingKind("side_stream", "warn",
-                "the candidate creates or uses a non-default CUDA stream (the timing check decides whether "
-                "work escapes the timed stream)", "static"),
+                "the candidate creates or uses a non-default CUDA stream (the stream-capture and timing checks "
+                "decide whether work escapes the timed stream)", "static"),
     FindingKind("harness_patching", "fail",
                 "the candidate assigns to attributes of modules the harness relies on "
                 "(timers, torch, builtins, sys.modules) or writes into Python objects through ctypes", "static"),
@@ -76,7 +76,12 @@ _KINDS = (
     FindingKind("weak_task_check", "warn",
                 "one fixed value per output would pass this task's check at the tolerance in use", "runtime"),
     FindingKind("hidden_async_work", "fail",
-                "device-synchronized time exceeds CUDA-event time: work runs outside the timed stream", "runtime"),
+                "work runs outside the timed stream: device-synchronized time exceeds CUDA-event time, or the "
+                "forward leaves work on a side stream that the calling stream does not wait for (stream capture)",
+                "runtime"),
+    FindingKind("stream_capture_skipped", "info",
+                "the side-stream check (one forward under CUDA stream capture) could not decide; the timing "
+                "checks alone judge the candidate's side streams", "runtime"),
     FindingKind("faster_than_memory_bound", "fail",
                 "faster than reading the inputs and writing the outputs once at peak bandwidth", "runtime"),
     FindingKind("harness_tampering", "fail",

@@ -13,7 +13,7 @@ from typing import Any
 
 from cudaforge.engine import observe, speed_of_light
 from cudaforge.engine.compiler_log import headline
-from cudaforge.engine.integrity import evidence, precision
+from cudaforge.engine.integrity import evidence, precision, streams
 from cudaforge.engine.integrity import runtime as runtime_checks
 from cudaforge.engine.integrity.outputs import check_cache_reuse
 from cudaforge.engine.integrity.static import source_findings
@@ -27,7 +27,7 @@ from cudaforge.engine.results import (
     Timing,
     TrialCheck,
 )
-from cudaforge.engine.worker import gpu_share, memory, triton_support
+from cudaforge.engine.worker import gpu_share, memory, stream_capture, triton_support
 from cudaforge.engine.worker.compare import DEFAULT_TOLERANCE, compare_output, flatten_outputs
 from cudaforge.engine.worker.failures import CandidateFailure, TaskFailure
 from cudaforge.engine.worker.harness import (
@@ -46,7 +46,7 @@ from cudaforge.engine.worker.harness import (
     versions,
 )
 from cudaforge.engine.worker.job import EvalJob, ReportDraft
-from cudaforge.engine.worker.kernel_timer import with_kernel_timer
+from cudaforge.engine.worker.kernel_timer import activities_of, with_kernel_timer
 from cudaforge.engine.worker.timing import (
     REAL_CLOCKS,
     HookChain,
@@ -430,20 +430,32 @@ def _run_candidate(model_new: Any, inputs: list[Any], device: Any) -> Any:
 
 
 def check_custom_code(job: EvalJob, recorder: BuildRecorder, model_new: Any, draw: Any, device: Any,
-                      findings: list[Finding]) -> tuple[KernelLaunch, ...]:
-    """Establish from what actually ran whether custom code did the work, and what else launched.
-    `draw()` gives a fresh input set (a draw, not a clone: one input set on the device)."""
+                      findings: list[Finding]) -> tuple[tuple[KernelLaunch, ...], streams.StreamUse | None]:
+    """Establish from what actually ran whether custom code did the work, and what else launched; on a GPU
+    also which streams the device work ran on (the side-stream check's reason to run: streams.StreamUse;
+    None off CUDA). `draw()` gives a fresh input set (a draw, not a clone: one input set on the device)."""
+    import torch
 
     phase("kernels")
     reset_launches(recorder)
     kernels: list[KernelLaunch] = []
+    stream_use: streams.StreamUse | None = None
     if device.type == "cuda":
         from torch.profiler import ProfilerActivity, profile
 
         inputs = draw()
+        # The calling stream's marker: a one-element device-to-device copy on it, waited for before the
+        # call, so its CUPTI record names the calling stream and precedes all of forward's work (a copy:
+        # cuda_kernel_totals leaves it out of the kernel list).
+        marker, marked = torch.zeros(1, device=device), torch.empty(1, device=device)
+        torch.cuda.synchronize(device)
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            marked.copy_(marker)
+            torch.cuda.current_stream(device).synchronize()
             _run_candidate(model_new, inputs, device)
-        del inputs
+        del inputs, marker, marked
+        with contextlib.suppress(Exception):  # unreadable records: the static warning alone gates the check
+            stream_use = streams.off_stream_work(activities_of(prof))
         custom_names = _candidate_kernel_names(Path(job.candidate_path).read_text())
         totals = runtime_checks.cuda_kernel_totals(prof)
         grand = sum(v[1] for v in totals.values()) or 1.0
@@ -461,7 +473,51 @@ def check_custom_code(job: EvalJob, recorder: BuildRecorder, model_new: Any, dra
     no_custom = evidence.custom_code_finding(ran_custom, [k.name for k in kernels])
     if no_custom is not None:
         findings.append(no_custom)
-    return tuple(kernels)
+    return tuple(kernels), stream_use
+
+
+def check_stream_capture(model_new: Any, draw: Any, device: Any, reasons: list[str],
+                         findings: list[Finding]) -> str:
+    """The side-stream check (integrity/streams.py): one forward under CUDA stream capture, outside any
+    timed window and before timing. Work forked from the calling stream and never joined back is a failing
+    `hidden_async_work`, whatever the clocks say; a capture that cannot decide is `stream_capture_skipped`
+    (info). The candidate's own exceptions here decide nothing and fail nothing; one plain call afterwards
+    shows the process still runs the candidate. Returns the check's note (timing.settings)."""
+    import torch
+
+    with sub_phase("stream_capture"):
+        memory.release()  # the capture's private pool takes fresh segments: give the cached ones back first
+        inputs = draw()
+
+        def call(values: list[Any]) -> Any:
+            with PRECISION.call("ModelNew.forward (under stream capture)"), torch.no_grad():
+                return model_new(*values)
+
+        try:
+            outcome = stream_capture.capture_forward(call, inputs, device)
+        except SystemExit as exc:
+            raise CandidateFailure("crash", f"the candidate called sys.exit({exc.code}) in forward "
+                                            "(under stream capture)") from None
+        except Exception as exc:  # not the forward's own (recorded in the outcome): the device failed
+            raise classify_exception(exc, "ModelNew.forward (under stream capture)") from None
+        del inputs
+        try:
+            torch.cuda.synchronize(device)  # work the forward ran outside the capture, if any, is over
+        except Exception as exc:
+            raise classify_exception(exc, "ModelNew.forward (under stream capture)") from None
+        decision = streams.capture_decision(outcome, reasons)
+        try:
+            _run_candidate(model_new, draw(), device)  # usable after the capture, before the timed calls
+        except CandidateFailure as exc:
+            exc.message = f"{exc.message}; after the side-stream check ({decision.note})"
+            raise
+        memory.release()
+    if decision.finding is not None:
+        findings.append(decision.finding)
+    skipped = streams.undecided_finding(decision, reasons)
+    if skipped is not None:
+        findings.append(skipped)
+    return decision.note
 
 
 def _candidate_kernel_names(source: str) -> set[str]:
@@ -816,7 +872,7 @@ def evaluate(job: EvalJob, report: ReportDraft) -> None:
         return make_inputs(task, job.seed, device, _float_dtype(job.precision))
 
     observe.checkpoint()
-    kernels = check_custom_code(job, recorder, model_new, draw, device, findings)
+    kernels, stream_use = check_custom_code(job, recorder, model_new, draw, device, findings)
     report.kernels = kernels
     extra_threads = thread_names() - threads_before
     if not corr.passed:
@@ -828,6 +884,11 @@ def evaluate(job: EvalJob, report: ReportDraft) -> None:
                           + (f" ({failed[0].distribution} inputs): output {first.index}: {first.reason}"
                              if first else ""))
         return
+    capture_note = ""
+    reasons = streams.capture_reasons(any(f.name == "side_stream" for f in source_checks), stream_use)
+    if device.type == "cuda" and reasons:  # only with a reason: a candidate on one stream pays nothing
+        observe.checkpoint()
+        capture_note = check_stream_capture(model_new, draw, device, reasons, findings)
     phase("fallback")
     observe.checkpoint()
     fallback = runtime_checks.fallback_finding(lambda inputs: _run_reference(model, inputs, device),
@@ -847,8 +908,11 @@ def evaluate(job: EvalJob, report: ReportDraft) -> None:
         reference_mutates=REFERENCE_SEEN["mutates"]))
     memory.release()
     observe.checkpoint()
-    report.timing, report.speed_of_light = timing(job, task, model, model_new, device, findings, default_numerics,
-                                                  (corr.atol, corr.rtol))
+    timed, report.speed_of_light = timing(job, task, model, model_new, device, findings, default_numerics,
+                                          (corr.atol, corr.rtol))
+    if capture_note:  # what the side-stream check decided, beside the timing it protects
+        timed = dataclasses.replace(timed, settings={**timed.settings, "stream_capture": capture_note})
+    report.timing = timed
     set_reference_numerics()
     observe.checkpoint()
     findings.extend(shape_check(job, task, init, model, model_new, device, corr.atol, corr.rtol))
@@ -858,7 +922,7 @@ def evaluate(job: EvalJob, report: ReportDraft) -> None:
     findings.extend(f for f in (evidence.tampering_finding(identity, evidence.harness_identity()),
                                 evidence.threads_finding(extra_threads)) if f is not None)
     findings.extend(PRECISION.findings())
-    report.findings = findings
+    report.findings = streams.fold_hidden_work(findings)
     report.outcome = "ok"
 
 
