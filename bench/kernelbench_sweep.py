@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import re
 import sys
@@ -193,9 +194,9 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | None, quiet: bool = False,
                 spares_per_slot: int | None = None) -> list[dict[str, Any]]:
-    """Every problem through `jobs` slots side by side. A slot takes turns among `spares_per_slot`
-    evaluators, each keeping one spare worker warming (on a GPU: interpreter, torch, CUDA context,
-    CUPTI; about 8 s on the H200): with one, an evaluation shorter than a warm-up waited for the next
+    """Every problem through `jobs` slots side by side. A slot's evaluator keeps `spares_per_slot` spare
+    workers warming (`[eval] spares`; on a GPU: interpreter, torch, CUDA context, CUPTI; about 8-10 s on
+    the H200) and hands out the oldest: with one, an evaluation shorter than a warm-up waited for the next
     spare (`spare_wait` about 8 s a problem in session 8's capped shard); with two, each spare has two
     evaluations' time to get ready. Default: two on a GPU, one on the CPU device (where a spare importing
     torch beside a host-timed evaluation disturbs it)."""
@@ -212,15 +213,11 @@ async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | No
     out = rows_path.open("a", encoding="utf-8") if rows_path else None
 
     async def slot() -> None:
-        evaluators = [Evaluator(options) for _ in range(max(1, spares_per_slot))]
-        for warming in evaluators:
-            warming.prewarm()
-        turn = 0
+        evaluator = Evaluator(dataclasses.replace(options, spares=max(1, spares_per_slot)))
+        evaluator.prewarm()
         try:
             while not queue.empty():
                 path = queue.get_nowait()
-                evaluator = evaluators[turn % len(evaluators)]
-                turn += 1
                 start = time.perf_counter()
                 try:
                     task = load_task(path)
@@ -239,8 +236,7 @@ async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | No
                     out.write(json.dumps(row) + "\n")
                     out.flush()
         finally:
-            for used in evaluators:
-                await used.aclose()
+            await evaluator.aclose()
 
     try:
         await asyncio.gather(*(slot() for _ in range(max(1, jobs))))

@@ -15,9 +15,18 @@ Phases: spawn (process start, torch import, CUDA context; for a spare only what 
 hand-over and read-back), build (task load, candidate build, ModelNew init), correctness (every check
 beside timing: placing, the reference, trials, kernel check, probes, shapes, and the GPU-lock waits),
 timing, profile (the whole ncu run), total (eval wall + profile wall). Each row's `spawn_parts` and
-`profile_parts` (JSON, and the medians printed last) say where spawn and profile went.
+`profile_parts` (JSON, and the medians printed last) say where spawn and profile went:
+- spawn_parts: the worker's start (python_start, spare_wait, spare_handoff, start, context), the report's
+  own making (finish), the app's parts (app.cache_key, app.submit, app.read: report written -> result in
+  hand, app.assemble; app their sum) and `unaccounted` (the wall time no step claims). The evaluation takes
+  the result at the worker's report: the worker's exit goes on in the background, shown apart as `exit_s`
+  (report -> process gone; not round time).
+- profile_parts: the profiled worker's phases, `release` (its report -> its exit began), `ncu_finish` (its
+  exit and ncu's own report, which ncu prints only after the target is gone), app.submit / app.reap /
+  app.interpret (app their sum) and `unaccounted` (until 2026-12-03 the whole rest, named `ncu_and_app`).
 
 Usage: python bench/round_latency.py [--ours relu,softmax,...] [--naive relu,softmax] [--json OUT]
+       python bench/round_latency.py --device cpu   (a smoke test without a GPU: tests/core_tasks, no ncu)
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ from cudaforge.engine.worker.job import EvalJob
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+CORE = ROOT / "tests" / "core_tasks"  # "core": the CI task and its C++ candidate (the --device cpu smoke test)
 PHASES = ("spawn", "build", "correctness", "timing", "profile", "total")
 
 
@@ -57,6 +67,21 @@ def with_nonce(source: str) -> str:
     if n != 1:
         raise ValueError("no SOURCE/CUDA_SRC = r''' string to tag")
     return new
+
+
+def fresh(source: str) -> str:
+    """A new candidate to every cache (with_nonce), or at least a new module hash (a candidate without one)."""
+    try:
+        return with_nonce(source)
+    except ValueError:
+        return source + f"\n# round {uuid.uuid4().hex}\n"
+
+
+def example(name: str, fmt: str) -> tuple[Path, Path]:
+    """The task and the candidate of an example (`core`: tests/core_tasks, whatever the format)."""
+    if name == "core":
+        return CORE / "task.py", CORE / "correct.py"
+    return EXAMPLES / name / "task.py", EXAMPLES / name / f"{fmt}.py"
 
 
 def kernelbench_style(source: str) -> str:
@@ -109,9 +134,19 @@ class NaiveProfiler(Profiler):
 
 CHECKS = ("place", "reference", "correctness", "kernels", "fallback", "cache_probes", "shapes")
 WAITS = ("gpu_wait", "context_wait", "memory_wait", "timing_wait")
-SPAWN_PARTS = ("python_start", "spare_wait", "spare_handoff", "start", "context")
-NOT_STEPS = ("gpu_shared", "gpu_exclusive", "gpu_yields", *(f"spare_{k}" for k in
-                                              ("python_start", "import", "lock_wait", "context", "cupti")))
+SPAWN_PARTS = ("python_start", "spare_wait", "spare_handoff", "start", "context", "finish")
+NOT_STEPS = ("gpu_shared", "gpu_exclusive", "gpu_yields")  # seconds holding the GPU, beside the steps
+ON_THE_PATH = ("spare_wait", "spare_handoff")  # a spare's records that are round time (its warm-up's are not)
+
+
+def is_step(name: str) -> bool:
+    """Whether a phase is one of the round's top-level steps: sub-parts (`a.b`) lie inside their step, the
+    held-GPU totals lie beside the steps, and a spare's warm-up (`spare_<step>`) came before the job."""
+    return "." not in name and name not in NOT_STEPS and (not name.startswith("spare_") or name in ON_THE_PATH)
+
+
+def step_seconds(phases: dict[str, float]) -> float:
+    return sum(v for k, v in phases.items() if is_step(k))
 
 
 def phase_row(result: EvalResult, eval_wall: float, profile_wall: float) -> dict[str, float]:
@@ -130,22 +165,24 @@ def phase_row(result: EvalResult, eval_wall: float, profile_wall: float) -> dict
 
 
 def spawn_parts(result: EvalResult, eval_wall: float) -> dict[str, float]:
-    """Where the spawn went: the worker's own start phases (a spare's wait and hand-off included) and the
-    app's side (hand-over, result read-back, the other-processes check: the rest of the wall time)."""
+    """Where the spawn went: the worker's own start phases (a spare's wait and hand-off included), the report's
+    making, the app's parts (`app.*`, and `app` their sum) and what no step claims (`unaccounted`)."""
     p = result.phases
     parts = {k: round(p.get(k, 0.0), 4) for k in SPAWN_PARTS}
-    steps = sum(v for k, v in p.items() if k not in NOT_STEPS and k not in ("python_start", "spare_wait",
-                                                                             "spare_handoff"))
-    parts["app"] = round(max(0.0, eval_wall - steps - parts["spare_wait"] - parts["spare_handoff"]), 4)
+    parts.update({k: round(v, 4) for k, v in p.items() if k == "app" or k.startswith("app.")})
+    parts.setdefault("app", 0.0)
+    parts["unaccounted"] = round(max(0.0, eval_wall - step_seconds(p)), 4)
     return parts
 
 
 def profile_parts(profile: Any, profile_wall: float) -> dict[str, float]:
-    """Where the profile went: the profiled worker's phases and ncu's own time around it (the rest)."""
+    """Where the profile went: the profiled worker's phases, the worker's exit and ncu's report (`release`,
+    `ncu_finish`), the app's parts (`app.*`, `app`) and what no step claims (`unaccounted`)."""
     p = dict(profile.worker_phases or {})
-    steps = {k: round(v, 4) for k, v in p.items() if k not in NOT_STEPS}
-    steps["ncu_and_app"] = round(max(0.0, profile_wall - sum(steps.values())), 4)
-    return steps
+    parts = {k: round(v, 4) for k, v in p.items() if k not in NOT_STEPS and (not k.startswith("spare_")
+                                                                             or k in ON_THE_PATH)}
+    parts["unaccounted"] = round(max(0.0, profile_wall - step_seconds(p)), 4)
+    return parts
 
 
 async def wait_ready(*spares: Any, limit_s: float = 120.0) -> float:
@@ -167,6 +204,7 @@ async def one_round(ev: Evaluator, prof: Profiler, task: Task, cand: Candidate, 
         ev.prewarm()
         prof.prewarm()
         warm_wait = await wait_ready(ev.spare, prof.spare)  # the LLM would be thinking now
+    ev.last_exit_s = None
     t0 = time.perf_counter()
     result = await ev.evaluate(task, cand)
     eval_wall = time.perf_counter() - t0
@@ -175,8 +213,9 @@ async def one_round(ev: Evaluator, prof: Profiler, task: Task, cand: Candidate, 
     t1 = time.perf_counter()
     profile = await prof.profile(task, cand)
     profile_wall = time.perf_counter() - t1
+    await ev.settle()  # the evaluation's worker, exiting in the background meanwhile: how long it took
     row = phase_row(result, eval_wall, profile_wall)
-    return {"outcome": result.outcome, "message": result.message, "profile_ok": profile.ok,
+    return {"outcome": result.outcome, "message": result.message, "profile_ok": profile.ok, "exit_s": ev.last_exit_s,
             "profile_error": profile.error_kind, "profile_message": profile.message[:200],
             "kernels_profiled": len(profile.kernels), "phases": row, "worker_phases": result.phases,
             "profile_worker_phases": profile.worker_phases, "spawn_parts": spawn_parts(result, eval_wall),
@@ -187,11 +226,11 @@ async def one_round(ev: Evaluator, prof: Profiler, task: Task, cand: Candidate, 
 async def ours(tasks: list[str], fmt: str, options: EvalOptions, settings: NcuSettings,
                concurrent: bool = False) -> list[dict[str, Any]]:
     async def one(name: str, ev: Evaluator, prof: Profiler) -> dict[str, Any] | None:
-        path = EXAMPLES / name / f"{fmt}.py"
+        task_path, path = example(name, fmt)
         if not path.exists():
             return None
-        task = load_task(EXAMPLES / name / "task.py")
-        cand = Candidate.from_source(with_nonce(path.read_text()), path=path)
+        task = load_task(task_path)
+        cand = Candidate.from_source(fresh(path.read_text()), path=path)
         row = await one_round(ev, prof, task, cand, prewarm=True)
         t0 = time.perf_counter()
         again = await ev.evaluate(task, cand)
@@ -266,7 +305,7 @@ def table(results: dict[str, list[dict[str, Any]]]) -> str:
     out = ["| format | pipeline | n | " + " | ".join(f"{p} s" for p in PHASES)
            + " | without profile s | naive/ours (total) | cached s |",
            "| --- | --- | --- | " + " | ".join("---" for _ in PHASES) + " | --- | --- | --- |"]
-    for fmt in ("nvrtc", "inline"):
+    for fmt in ("nvrtc", "inline", "cpu"):
         o = [r for r in results.get("ours", []) if r["format"] == fmt]
         n = [r for r in results.get("naive", []) if r["format"] == fmt]
         mo, mn = median_phases(o), median_phases(n)
@@ -297,9 +336,13 @@ def main() -> int:
     ap.add_argument("--formats", default="nvrtc,inline")
     ap.add_argument("--cache-dir", default="")
     ap.add_argument("--json", default="")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                    help="cpu: a smoke test without a GPU (tests/core_tasks three times, no ncu, no naive pipeline)")
     args = ap.parse_args()
+    if args.device == "cpu":
+        args.ours, args.formats, args.naive = "core,core,core", "cpu", ""
     cache = Path(args.cache_dir) if args.cache_dir else Path(tempfile.mkdtemp(prefix="cf-latency-cache-"))
-    options = EvalOptions(device="cuda", cache_dir=cache, result_cache=True)
+    options = EvalOptions(device=args.device, cache_dir=cache, result_cache=True)
     settings = NcuSettings()
     formats = [f for f in args.formats.split(",") if f]
     scratch = Path(tempfile.mkdtemp(prefix="cf-naive-"))
@@ -314,7 +357,7 @@ def main() -> int:
 
     async def run() -> None:
         for fmt in formats:
-            names = (args.ours if fmt == "nvrtc" else args.ours_inline).split(",")
+            names = (args.ours_inline if fmt == "inline" else args.ours).split(",")
             results["ours"] += await ours([n for n in names if n], fmt, options, settings,
                                           concurrent=fmt == "inline")
             dump()
@@ -337,6 +380,10 @@ def main() -> int:
         if rows:
             print(f"\nours, median {key.replace('_', ' ')} (s): " + ", ".join(
                 f"{k} {statistics.median(r.get(k, 0.0) for r in rows):.3f}" for k in names))
+    exits = [r["exit_s"] for r in results["ours"] if r.get("exit_s") is not None]
+    if exits:
+        print(f"\nours, the evaluation worker's exit after its report (background, not round time): median "
+              f"{statistics.median(exits):.3f} s, max {max(exits):.3f} s")
     print(f"\nbench wall {time.perf_counter() - start:.0f} s")
     path.write_text(json.dumps({"results": results, "builds": builds}, indent=2, default=str))
     shutil.rmtree(scratch, ignore_errors=True)

@@ -3,10 +3,13 @@
 Session: `examples/<task>` (default gelu, 32M elements), 4 rounds in auto mode, nvrtc, NCU on, the
 Coder and Judge SCRIPTED (tests/llm_server.py through the real openai SDK) and answering at once:
 the case where a spare that starts warming only when the LLM starts thinking makes the next round
-wait (8-11 s per round on main at 95c6c90). Each round's candidate is the example with a fresh
-nonce (a new candidate to every cache). Per round, from eval.json: `spare_wait` (how long the job
-waited for its spare), where that spare's warm-up went (import, waiting for the GPU lock, CUDA
-context, CUPTI), and the round's evaluate / profile seconds.
+wait (8-11 s per round on main at 95c6c90; 2.6 s median with one spare kept, 2026-12-03). Each round's
+candidate is the example with a fresh nonce (a new candidate to every cache). Per round, from eval.json:
+`spare_wait` (how long the job waited for its spare), where that spare's warm-up went (import, waiting
+for the GPU lock, CUDA context, CUPTI, and CUPTI's own start / stop), the app's own seconds of the
+evaluation (`app`: hand-over, read-back of the report, checks), and the round's evaluate / profile
+seconds. `--spares N` sets `[eval] spares` (default: the configuration's). The session stops starting
+rounds after `--wall-s` (40 s; a round lasts ~5-6 s), so `--skip-throughput` ends within a minute on the GPU.
 
 Throughput: `--evals N` candidates (the examples' nvrtc modules with nonces, round robin) through one
 Evaluator, `--jobs J` at a time, with spares (prewarm once; each evaluation starts the next spare when
@@ -42,7 +45,8 @@ from round_latency import with_nonce  # noqa: E402
 
 EXAMPLES = REPO / "examples"
 KEY_ENV = "CF_SCRIPTED_KEY"
-WARM = ("spare_python_start", "spare_import", "spare_lock_wait", "spare_context", "spare_cupti", "spare_handoff")
+WARM = ("spare_python_start", "spare_import", "spare_lock_wait", "spare_context", "spare_cupti", "spare_cupti_prepare",
+        "spare_cupti_enable", "spare_cupti_disable", "spare_handoff", "app")
 
 
 def _coder(source: str) -> Reply:
@@ -54,7 +58,8 @@ def _judge(i: int) -> Reply:
                                   "plan": "keep the kernel, tune the block size", "evidence": []}))
 
 
-async def session_rounds(task: str, rounds: int, out: Path, device: str = "cuda") -> list[dict[str, Any]]:
+async def session_rounds(task: str, rounds: int, out: Path, device: str = "cuda", spares: int | None = None,
+                         wall_s: float = 40.0) -> list[dict[str, Any]]:
     os.environ[KEY_ENV] = "scripted-not-a-key"
     if device == "cuda":
         task_path, source, fmt = EXAMPLES / task / "task.py", (EXAMPLES / task / "nvrtc.py").read_text(), "nvrtc"
@@ -80,7 +85,8 @@ async def session_rounds(task: str, rounds: int, out: Path, device: str = "cuda"
 
     with ScriptedLLMServer(script) as server:
         flat: dict[str, Any] = {"eval.device": device, "session.rounds": rounds, "session.mode": "auto",
-                                "session.format": fmt, "run.folder": str(out / "runs"), "budget.dollars": 10.0}
+                                "session.format": fmt, "run.folder": str(out / "runs"), "budget.dollars": 10.0,
+                                "eval.spares": spares, "budget.wall_minutes": wall_s / 60}
         if os.environ.get("CUDAFORGE_CACHE_DIR"):
             flat["run.cache_dir"] = os.environ["CUDAFORGE_CACHE_DIR"]
         for role in ("coder", "judge"):
@@ -153,13 +159,16 @@ def main() -> int:
     ap.add_argument("--skip-session", action="store_true")
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test of this bench without a GPU")
+    ap.add_argument("--spares", type=int, default=None, help="[eval] spares (default: the configuration's)")
+    ap.add_argument("--wall-s", type=float, default=40.0, help="no round starts after this many seconds")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     out = Path(tempfile.mkdtemp(prefix="cf-spare-wait-"))
     res: dict[str, Any] = {}
     if not args.skip_session:
         started = time.perf_counter()
-        res["session"] = asyncio.run(session_rounds(args.task, args.rounds, out, args.device))
+        res["session"] = asyncio.run(session_rounds(args.task, args.rounds, out, args.device, args.spares,
+                                                    args.wall_s))
         res["session_wall_s"] = round(time.perf_counter() - started, 1)
     if not args.skip_throughput:
         res["throughput"] = [asyncio.run(throughput(args.evals, args.jobs, spares, out / f"cache-{spares}",
@@ -173,10 +182,12 @@ def main() -> int:
 
     if "session" in res:
         where = args.task if args.device == "cuda" else "tests/core_tasks (CPU smoke)"
-        print(f"\nscripted session, {where}, replies at once (seconds):")
+        asked = args.spares if args.spares is not None else load_config(None, use_user_config=False).get("eval", "spares")
+        kept = EvalOptions(device=args.device, spares=asked).spare_depth  # one at most on the CPU device
+        print(f"\nscripted session, {where}, replies at once, {kept} spare(s) kept (seconds):")
         print("| round | outcome | spare_wait | spare: python start | import | lock wait | context | CUPTI | "
-              "hand-off | evaluate | profile |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+              "CUPTI prepare | enable | disable | hand-off | app | evaluate | profile |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for r in res["session"]:
             print(f"| {r['round']} | {r['outcome']} | {f(r['spare_wait_s'])} | " + " | ".join(
                 f(r[k + '_s']) for k in WARM) + f" | {f(r['evaluate_s'])} | {f(r['profile_s'])} |")

@@ -50,6 +50,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "atol": Key(None, float, minimum=0, optional=True, doc="absolute tolerance (default by dtype)"),
         "rtol": Key(None, float, minimum=0, optional=True, doc="relative tolerance (default by dtype)"),
         "second_distribution": Key(True, bool, doc="also check on a shifted, scaled input draw"),
+        "spares": Key(2, int, minimum=0,
+                      doc="warm spare workers kept on CUDA (and as many ncu-wrapped ones for profiles), the oldest "
+                          "ready one taken by the next evaluation; each holds a CUDA context. On the CPU device at "
+                          "most one, started while the LLM thinks. 0: none"),
     },
     "timing": {
         "warmup": Key(10, int, minimum=0, doc="warm-up calls of each callable (at least)"),

@@ -39,7 +39,15 @@ def candidate(name: str, **substitutions: str) -> Candidate:
 
 def evaluate(options: EvalOptions, name: str | Candidate, task: Path = TASK, **substitutions: str) -> EvalResult:
     cand = name if isinstance(name, Candidate) else candidate(name, **substitutions)
-    return asyncio.run(Evaluator(options).evaluate(load_task(task), cand))
+
+    async def run() -> EvalResult:
+        evaluator = Evaluator(options)
+        try:
+            return await evaluator.evaluate(load_task(task), cand)
+        finally:
+            await evaluator.aclose()  # as every caller does: the worker's exit, reaped in the background, is over
+
+    return asyncio.run(run())
 
 
 def names(result: EvalResult, severity: str | None = None) -> set[str]:

@@ -89,3 +89,28 @@ def test_broken_cuda_candidates(candidate: str, outcomes: set[str], gpu_options)
     assert r.outcome in outcomes, f"{candidate}: {r.outcome} {r.message}"
     if r.outcome == "compile_error":
         assert r.compile is not None and "error" in r.compile.log
+
+
+def test_the_result_comes_at_the_workers_report_and_its_exit_follows(gpu_options) -> None:
+    """On CUDA the worker's exit (its context's teardown) is not round time: the app has the result within a
+    few ms of the report (`app.read`), and the exit, reaped in the background, is measured apart."""
+    task = EXAMPLES / "relu" / "task.py"
+
+    async def go() -> tuple:
+        ev = Evaluator(replace(gpu_options, spares=2))
+        try:
+            assert ev.prewarm() and len(ev.spares) == 2
+            while any(s.ready() is None and s.alive() for s in ev.spares):
+                await asyncio.sleep(0.05)
+            r = await ev.evaluate(load_task(task), load_candidate(EXAMPLES / "relu" / "nvrtc.py"))
+            await ev.settle()
+            return r, ev.last_exit_s, len(ev.spares)
+        finally:
+            await ev.aclose()
+
+    r, exit_s, kept = asyncio.run(go())
+    assert r.outcome == "ok", f"{r.message}\n{r.stderr_tail}"
+    print(f"app {r.phases['app']:.3f} s (read {r.phases['app.read']:.3f} s), worker exit after its report "
+          f"{exit_s} s (background)")
+    assert r.exit is not None and r.exit.reason == "ok" and r.phases["app.read"] < 0.1
+    assert exit_s is not None and kept == 2

@@ -415,3 +415,66 @@ def test_timer_warms_up_for_a_minimum_time_and_times_short_calls_longer() -> Non
     assert len(long["long"]) == 5  # 5 x 10 ms already exceed 20 ms: the minimum count stands
     fixed = timer.event_times({"short": call("short", 0.0002)}, warmup=1, trials=7)
     assert len(fixed["short"]) == 7  # without the time rules: the old fixed counts
+
+
+# ------------------------------------------------------------------ the result at the report, the exit in the background
+
+LINGER_S = 3.0
+_LINGERING = f'''"""Correct in plain PyTorch; its worker lingers {LINGER_S} s after writing its report (its exit path sleeps)."""
+
+import time
+
+import torch
+import torch.nn as nn
+from cudaforge.engine.worker import pipeline
+
+_release = pipeline.release_gpu
+
+
+def _linger():
+    time.sleep({LINGER_S})
+    _release()
+
+
+pipeline.release_gpu = _linger
+
+
+class ModelNew(nn.Module):
+    def __init__(self, cols):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(cols))
+
+    def forward(self, x):
+        return torch.relu(x) * 0.5 + self.bias
+'''
+
+
+def test_the_result_comes_at_the_report_and_the_worker_is_reaped_after(cpu_options, tmp_path: Path) -> None:
+    """The evaluation returns while its worker still lives (lingering after its report); the worker is reaped,
+    and its work folder removed, afterwards: `settle()` waits for that."""
+    from cudaforge.engine.candidate import Candidate
+    from cudaforge.engine.evaluation.sandbox import live_sandbox_pids
+
+    ev = Evaluator(cpu_options)
+    ev.prewarm()
+    pid = _wait_ready(ev)["pid"]
+    workdir = ev.spare.workdir
+    supervisor = ev.spare.handle.proc.pid
+
+    async def go() -> tuple[EvalResult, bool, float]:
+        start = time.monotonic()
+        result = await ev.evaluate(load_task(TASK), Candidate.from_source(_LINGERING))
+        alive_at_return = _alive(pid)
+        await ev.settle()
+        return result, alive_at_return, time.monotonic() - start
+
+    result, alive_at_return, total = asyncio.run(go())
+    assert result.exit is not None and result.exit.reason == "ok", result.message + result.stderr_tail
+    assert result.correctness is not None and result.correctness.passed
+    assert alive_at_return, "the evaluation waited for the worker's exit"
+    assert {"app", "app.submit", "app.read", "app.assemble", "finish"} <= set(result.phases)
+    assert result.phases["app.read"] < 1.0  # the exit is not in it
+    assert not _alive(pid) and supervisor not in live_sandbox_pids()
+    assert ev.last_exit_s is not None and ev.last_exit_s >= LINGER_S * 0.8 and total >= LINGER_S
+    assert not workdir.exists()  # removed once the worker was gone
+    asyncio.run(ev.aclose())

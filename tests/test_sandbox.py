@@ -9,7 +9,14 @@ import textwrap
 import time
 from pathlib import Path
 
-from cudaforge.engine.evaluation.sandbox import run_sandboxed, scrub_env
+from cudaforge.engine.evaluation.sandbox import (
+    ReportFile,
+    live_sandbox_pids,
+    run_sandboxed,
+    scrub_env,
+    start_sandboxed,
+    wait_sandboxed,
+)
 
 
 def test_scrub_env_drops_credentials() -> None:
@@ -117,3 +124,70 @@ def test_cancellation_kills_the_tree(tmp_path: Path) -> None:
     time.sleep(0.3)
     alive = Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
     assert not alive
+
+
+# ------------------------------------------------------------------ read-back at the report (issue #22)
+
+
+def _reporter(tmp_path: Path, after: str) -> tuple[list[str], Path, Path]:
+    """A child that writes a partial report by hand (not taken), then its real one atomically (temp file
+    renamed), its pid beside it, and then does `after`."""
+    report, pidfile = tmp_path / "result.json", tmp_path / "pid"
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, os, time
+        open({str(pidfile)!r}, "w").write(str(os.getpid()))
+        open({str(report)!r}, "w").write('{{"outcome": ')  # half a file: never taken for the report
+        time.sleep(0.3)
+        tmp = {str(report)!r} + ".tmp"
+        open(tmp, "w").write(json.dumps({{"outcome": "ok"}}))
+        os.replace(tmp, {str(report)!r})
+    """) + textwrap.dedent(after))
+    return [sys.executable, str(script)], report, pidfile
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_the_report_is_taken_before_the_exit_and_the_process_is_reaped_after(tmp_path: Path) -> None:
+    argv, report, pidfile = _reporter(tmp_path, "time.sleep(2.0)\n")
+    handle = start_sandboxed(argv, workdir=tmp_path / "w")
+    watch = ReportFile(report)
+    start = time.monotonic()
+    outcome, _, _ = asyncio.run(wait_sandboxed(handle, 0.005, reported=watch))
+    pid = int(pidfile.read_text())
+    assert outcome.reason == "reported" and watch.data == {"outcome": "ok"}
+    assert _alive(pid), "waited for the exit instead of taking the report"
+    reap = handle.reap
+    assert reap is not None and not reap.done
+    cleaned: list[float] = []
+    reap.then(lambda: cleaned.append(time.monotonic()))
+    assert reap.join(20) and not reap.killed
+    assert reap.outcome is not None and reap.outcome.reason == "exited" and reap.outcome.returncode == 0
+    assert reap.outcome.ended_at - watch.written_at >= 1.5  # where the exit's seconds went
+    assert not _alive(pid) and cleaned and cleaned[0] - start >= 2.0  # the clean-up ran after the exit
+    assert handle.proc.pid not in live_sandbox_pids()
+
+
+def test_a_worker_that_hangs_after_its_report_is_killed_after_the_grace(tmp_path: Path) -> None:
+    argv, report, pidfile = _reporter(tmp_path, "while True:\n    time.sleep(1)\n")
+    handle = start_sandboxed(argv, workdir=tmp_path / "w")
+    outcome, _, _ = asyncio.run(wait_sandboxed(handle, 0.005, reported=ReportFile(report), exit_grace_s=1.0))
+    assert outcome.reason == "reported"
+    pid = int(pidfile.read_text())
+    reap = handle.reap
+    assert reap is not None and reap.join(20)
+    assert reap.killed and 1.0 <= reap.seconds < 10
+    assert not _alive(pid) and not handle.alive()
+
+
+def test_without_a_report_the_wait_is_for_the_exit(tmp_path: Path) -> None:
+    """No report (a crash, say): the outcome is the process's, with nothing left in the background."""
+    handle = start_sandboxed([sys.executable, "-c", "import os; os.kill(os.getpid(), 11)"], workdir=tmp_path / "w")
+    outcome, _, _ = asyncio.run(wait_sandboxed(handle, 0.005, reported=ReportFile(tmp_path / "none.json")))
+    assert outcome.reason == "signal" and outcome.signal == "SIGSEGV" and outcome.ended_at > 0
+    assert handle.reap is None

@@ -105,7 +105,7 @@ def test_cuda_evaluator_starts_the_next_spare_when_one_takes_its_job(tmp_path: P
     process start and imports overlap the evaluation. (No GPU here: the job itself fails with
     'CUDA unavailable', which is fine; what is checked is the spare hand-over.)"""
     monkeypatch.setenv("CUDAFORGE_LOCK_DIR", str(tmp_path / "locks"))
-    ev = Evaluator(EvalOptions(device="cuda", cache_dir=tmp_path / "cache"))
+    ev = Evaluator(EvalOptions(device="cuda", cache_dir=tmp_path / "cache", spares=1))
     task, cand = load_task(TASK), load_candidate(HERE / "correct.py")
     try:
         ev.prewarm()
@@ -138,3 +138,81 @@ def test_cpu_evaluator_keeps_prewarm_for_the_caller(tmp_path: Path) -> None:
         assert ev.spare is None
     finally:
         asyncio.run(ev.aclose())
+
+
+# ------------------------------------------------------------------ how many spares (issue #22)
+
+
+def _gone(pids: list[int], limit_s: float = 15.0) -> bool:
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        if not any(Path(f"/proc/{p}").exists() and Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+                   != "Z" for p in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_two_spares_are_kept_warm_the_oldest_is_handed_out_and_all_are_killed_at_close(tmp_path: Path,
+                                                                                       monkeypatch) -> None:
+    """`spares = 2` on CUDA: two spares warm at once, the next evaluation takes the oldest ready one, a new one
+    is started in its place, and aclose() kills every one of them. (No GPU here: the job fails with 'CUDA
+    unavailable', which is fine; what is checked is the pool.)"""
+    monkeypatch.setenv("CUDAFORGE_LOCK_DIR", str(tmp_path / "locks"))
+    ev = Evaluator(EvalOptions(device="cuda", cache_dir=tmp_path / "cache", spares=2))
+    try:
+        assert ev.prewarm()
+        oldest, younger = ev.spares
+        assert oldest.started <= younger.started and ev.spare is oldest
+        assert ev.prewarm() and ev.spares == (oldest, younger)  # cheap to call again: the same two
+        pids = [_wait_ready(s)["pid"] for s in (oldest, younger)]
+        t0 = time.monotonic()
+        result = asyncio.run(ev.evaluate(load_task(TASK), load_candidate(HERE / "correct.py")))
+        t1 = time.monotonic()
+        assert result.exit is not None and "spare_wait" in result.phases
+        assert oldest.used and not younger.used  # the oldest ready one ran the job
+        assert len(ev.spares) == 2 and ev.spares[0] is younger and ev.spares[1] is not oldest  # one more started
+        third = ev.spares[1]
+        assert t0 <= third.started <= t1 - 0.5 * result.exit.seconds  # at submit, not after the evaluation
+        assert _gone([pids[0]])  # used once, then gone
+        supervisors = [s.handle.proc.pid for s in ev.spares]
+    finally:
+        asyncio.run(ev.aclose())
+    assert ev.spares == () and ev.spare is None
+    assert _gone([pids[1], *supervisors])
+    assert not younger.workdir.exists() and not third.workdir.exists()
+
+
+def test_a_younger_ready_spare_goes_before_an_older_one_still_warming(tmp_path: Path) -> None:
+    """The pool's choice, on real sandboxed spares (their worker wrapped in a sleeper, so they are ready only
+    when the test writes their ready.json): the oldest ready one; when none is ready, the oldest (furthest
+    along); dead ones and other options' are dropped."""
+    import json
+
+    from cudaforge.engine.evaluation.spare import SparePool, start_spare
+
+    sleeper = (sys.executable, "-c", "import time; time.sleep(60)")
+
+    def start(key: str = "k") -> object:
+        return start_spare(key=key, prefix=sleeper, python=sys.executable, device="cpu", gpu=0, env={},
+                           phase_limits={}, default_limit_s=60, output_limit_bytes=1 << 20, open_files=256,
+                           warm_limit_s=60)
+
+    def ready(spare) -> None:
+        (spare.workdir / "ready.json").write_text(json.dumps({"pid": 0, "warm_s": 0, "steps": {}}))
+
+    pool = SparePool()
+    assert pool.fill("k", 3, start) == 3
+    a, b, c = pool.spares
+    try:
+        ready(b)
+        assert pool.take("k") is b  # a still warming, b ready: b
+        assert pool.take("k") is a  # none ready: the oldest
+        c.kill(remove=False)
+        assert pool.take("k") is None  # a dead spare is never handed out
+        assert pool.fill("k", 1, start) == 1
+        other = pool.spares[0]
+        assert pool.take("other options") is None and not other.alive()  # started for other options: killed
+    finally:
+        for spare in (a, b, c, *pool.clear()):
+            spare.kill()

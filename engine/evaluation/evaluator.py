@@ -21,13 +21,17 @@ from cudaforge.engine.config import GPU_WAIT_S, Config, default, defaults
 from cudaforge.engine.evaluation import progress as eval_progress
 from cudaforge.engine.evaluation import result_cache
 from cudaforge.engine.evaluation.sandbox import (
+    EXIT_GRACE_S,
+    BackgroundReap,
     ProcessOutcome,
+    ReportFile,
+    SandboxHandle,
     live_sandbox_pids,
-    run_sandboxed,
+    start_sandboxed,
     tail,
     wait_sandboxed,
 )
-from cudaforge.engine.evaluation.spare import DEFAULT_IDLE_S, Spare, start_spare
+from cudaforge.engine.evaluation.spare import DEFAULT_IDLE_S, Spare, SparePool, start_spare
 from cudaforge.engine.gpu.lock import foreign_gpu_processes, gpu_lock_path
 from cudaforge.engine.integrity.registry import apply_policy, finding
 from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult, Finding, Peaks, WorkerExit
@@ -41,6 +45,8 @@ PHASE_GROUPS = {
     "timing_s": ("timing", "compile_baseline"),
     "profile_s": ("profile",),
 }
+AFTER_REPORT = ("done", "exit")  # the worker's phases once its report is written: EXIT_GRACE_S at most
+REPORT_POLL_S = 0.005  # how often the app looks for the worker's report
 
 
 def default_cache_dir() -> Path:
@@ -82,6 +88,7 @@ class EvalOptions:
     # the session/CLI opt in (EvalOptions.from_config(config, result_cache=True)).
     result_cache: bool = False
     spare_idle_s: float = DEFAULT_IDLE_S  # how long a pre-warmed spare may wait for its job
+    spares: int = default("eval", "spares")  # warm spares kept (CUDA; one at most on the CPU device)
     gpu_memory_gb: float | None = default("run", "gpu_memory_gb")  # [run] gpu_memory_gb: the worker's device-memory cap (CUDA only)
 
     @classmethod
@@ -90,7 +97,7 @@ class EvalOptions:
         cache = config.get("run", "cache_dir")
         opts = cls(
             device=ev["device"], gpu=ev["gpu"], precision=ev["precision"], trials=ev["trials"], seed=ev["seed"],
-            atol=ev["atol"], rtol=ev["rtol"], second_distribution=ev["second_distribution"],
+            atol=ev["atol"], rtol=ev["rtol"], second_distribution=ev["second_distribution"], spares=ev["spares"],
             timing=dict(tm),
             timeouts=_timeouts(to),
             output_limit_bytes=int(to["output_mb"]) << 20, open_files=int(to["open_files"]),
@@ -106,9 +113,16 @@ class EvalOptions:
         """The limit of loading the task and building the candidate ([timeouts] load_s)."""
         return float(self.timeouts.get("load_s", default("timeouts", "load_s")))
 
+    @property
+    def spare_depth(self) -> int:
+        """How many warm spares to keep: `spares` on CUDA; on the CPU device one at most (the evaluation's
+        timing runs on the host there, and spares importing torch beside it would disturb it)."""
+        return max(0, self.spares) if self.device == "cuda" else min(1, max(0, self.spares))
+
     def phase_limits(self) -> dict[str, float]:
-        return {phase: float(self.timeouts.get(group, GPU_WAIT_S)) for group, phases in PHASE_GROUPS.items()
-                for phase in phases}
+        limits = {phase: float(self.timeouts.get(group, GPU_WAIT_S)) for group, phases in PHASE_GROUPS.items()
+                  for phase in phases}
+        return limits | dict.fromkeys(AFTER_REPORT, EXIT_GRACE_S)
 
 
 def progress_file(workdir: Path) -> Path:
@@ -146,27 +160,45 @@ def forgery_finding(report: WorkerReport | None) -> Finding | None:
                    f"records ({', '.join(missing[:4])}): it was not written by the worker", {"missing": missing})
 
 
+def _with_app_phases(result: EvalResult, app: Mapping[str, float]) -> EvalResult:
+    """`result` with the app's own seconds beside the worker's phases: `app.<part>` each, and `app` their sum
+    (parts with a second dot lie inside another part and are not summed again). The result cache's write is
+    not among them: it happens after the result is returned."""
+    parts = {k: round(v, 4) for k, v in app.items()}
+    phases = {**result.phases, **parts}
+    phases["app"] = round(sum(v for k, v in phases.items() if k.startswith("app.") and k.count(".") == 1), 4)
+    return replace(result, phases=phases)
+
+
 class Evaluator:
     """Runs evaluations in fresh sandboxed workers; their timed windows never overlap anything on the GPU
     (the per-GPU reader/writer lock, engine/gpu/rwlock.py).
 
-    `prewarm()` starts a spare worker ahead of time (torch imported, CUDA context created) so the
-    next `evaluate()` pays no process start; each spare runs one evaluation only. Results of an
-    identical candidate come from the result cache (`options.result_cache`). Call `aclose()` when done.
+    `prewarm()` starts spare workers ahead of time (torch imported, CUDA context created), `options.spare_depth`
+    of them, so the next `evaluate()` pays no process start; each spare runs one evaluation only. The result is
+    taken as soon as the worker has written its report; its exit (the CUDA context's teardown) and the
+    sandbox's reap go on in the background (`settle()` waits for them). Results of an identical candidate come
+    from the result cache (`options.result_cache`). Call `aclose()` when done.
     """
 
     def __init__(self, options: EvalOptions, *, keep_workdirs: bool = False) -> None:
         self.options = options
         self.keep_workdirs = keep_workdirs
-        self._spare: Spare | None = None
+        self._pool = SparePool()
         self._footprints: dict[str, int] = {}  # a task's sha256 -> the footprint its evaluation counted
         # Once a caller has asked for a spare, a new one is started as soon as one takes its job (not
         # after the evaluation): its process start and imports overlap the evaluation, and only the
         # GPU part of its warm-up waits for the lock (after the jobs: engine/gpu/turns.py).
         self._keep_warm = False
+        # Workers that reported and may still be exiting, with their report's mtime.
+        self._reaps: list[tuple[BackgroundReap, float]] = []
+        self._stores: set[asyncio.Future[bool]] = set()  # result-cache writes still going on
         self.last_wall_s: float = 0.0  # seconds of the last evaluate() (cache lookup to result)
+        # Seconds from the last reaped worker's report to its process's end (off the round's path now; benches
+        # read it after `settle()` to see the teardown's cost); None until one was reaped.
+        self.last_exit_s: float | None = None
 
-    # ------------------------------------------------------------------ spare worker
+    # ------------------------------------------------------------------ spare workers
 
     def _spare_key(self) -> str:
         o = self.options
@@ -174,45 +206,45 @@ class Evaluator:
         return json.dumps([o.python, o.device, o.gpu, str(o.cache_dir), sorted(env.items()), o.phase_limits(),
                            o.output_limit_bytes, o.open_files, o.spare_idle_s], default=str)
 
-    def prewarm(self) -> bool:
-        """Start a spare worker unless a live one for these options exists; cheap to call repeatedly.
-
-        Returns True when a spare is (now) waiting. Call it while the LLM is thinking. From then on,
-        every evaluation that takes the spare starts the next one at once.
-        """
-        self._keep_warm = True
-        key = self._spare_key()
-        spare = self._spare
-        if spare is not None and spare.alive() and spare.key == key:
-            return True
-        if spare is not None:
-            self._spare = None
-            spare.kill()
-        self.options.cache_dir.mkdir(parents=True, exist_ok=True)
+    def _start_spare(self) -> Spare:
         o = self.options
-        self._spare = start_spare(
-            key=key, prefix=(), python=o.python, device=o.device, gpu=o.gpu, env=self.worker_env(),
+        return start_spare(
+            key=self._spare_key(), prefix=(), python=o.python, device=o.device, gpu=o.gpu, env=self.worker_env(),
             phase_limits=o.phase_limits(), default_limit_s=o.load_s,
             output_limit_bytes=o.output_limit_bytes, open_files=o.open_files,
             warm_limit_s=o.load_s, idle_limit_s=o.spare_idle_s, label="spare")
+
+    def prewarm(self) -> bool:
+        """Keep `options.spare_depth` spare workers warming or waiting (dead ones and ones started for other
+        options replaced); cheap to call repeatedly.
+
+        Returns True when a spare is (now) waiting. Call it while the LLM is thinking. From then on,
+        every evaluation that takes a spare starts the next one at once.
+        """
+        depth = self.options.spare_depth
+        self._keep_warm = depth > 0
+        if depth == 0:
+            return False
+        self.options.cache_dir.mkdir(parents=True, exist_ok=True)
+        self._pool.fill(self._spare_key(), depth, self._start_spare)
         return True
 
     @property
     def spare(self) -> Spare | None:
-        """The waiting spare, if any (for status displays and tests)."""
-        return self._spare
+        """The spare the next evaluation would take first (the oldest), if any (for status displays and tests)."""
+        spares = self._pool.spares
+        return spares[0] if spares else None
+
+    @property
+    def spares(self) -> tuple[Spare, ...]:
+        """Every spare kept now, oldest first."""
+        return self._pool.spares
 
     def _take_spare(self) -> Spare | None:
-        spare, self._spare = self._spare, None
-        if spare is None:
-            return None
-        if not spare.alive() or spare.key != self._spare_key():
-            spare.kill()
-            return None
-        return spare
+        return self._pool.take(self._spare_key())
 
     def _replenish(self) -> None:
-        """Start the next spare now that the last one took a job (only for callers that use spares).
+        """Start the next spare now that one took a job (only for callers that use spares).
 
         CUDA only: on the CPU device the evaluation's timing runs on the host, and a spare importing
         torch beside it would disturb it; there the caller's `prewarm()` (while the LLM thinks) stays."""
@@ -220,12 +252,29 @@ class Evaluator:
             with contextlib.suppress(Exception):  # a spare is an optimisation: never fail an evaluation for it
                 self.prewarm()
 
+    async def settle(self, timeout_s: float | None = None) -> None:
+        """Wait until the workers that reported are gone (exited, or killed after EXIT_GRACE_S) and their files
+        are removed."""
+        reaps, self._reaps = self._reaps, []
+        for reap, written_at in reaps:
+            await asyncio.to_thread(reap.join, timeout_s)
+            self._note_reaped(reap, written_at)
+        stores = [f for f in self._stores if f.get_loop() is asyncio.get_running_loop()]
+        if stores:
+            await asyncio.gather(*stores, return_exceptions=True)
+
+    def _note_reaped(self, reap: BackgroundReap, report_written_at: float) -> None:
+        ended = reap.outcome.ended_at if reap.outcome is not None else 0.0
+        if ended and report_written_at:
+            self.last_exit_s = round(max(0.0, ended - report_written_at), 4)
+
     async def aclose(self) -> None:
-        """Kill the spare worker (if any) and remove its files."""
+        """Kill the spare workers (if any) and remove their files; wait for the workers still exiting."""
         self._keep_warm = False
-        spare, self._spare = self._spare, None
-        if spare is not None:
-            await asyncio.to_thread(spare.kill)
+        spares = self._pool.clear()
+        if spares:
+            await asyncio.to_thread(lambda: [s.kill() for s in spares])
+        await self.settle()
 
     # ------------------------------------------------------------------ result cache
 
@@ -292,7 +341,7 @@ class Evaluator:
 
     async def evaluate(self, task: Task, candidate: Candidate, *, use_cache: bool = True,
                        on_progress: eval_progress.ProgressHook | None = None) -> EvalResult:
-        """Evaluate `candidate` on `task`: from the result cache, in the spare worker, or in a fresh one.
+        """Evaluate `candidate` on `task`: from the result cache, in a spare worker, or in a fresh one.
         `on_progress` hears every phase change and build line while the worker runs."""
         start = time.perf_counter()
         key = None
@@ -302,26 +351,35 @@ class Evaluator:
             if hit is not None:
                 self.last_wall_s = time.perf_counter() - start
                 return replace(hit, task_path=str(task.path))
+        keyed = time.perf_counter() - start
         result = await self._evaluate_fresh(task, candidate, on_progress)
         if key is not None:
-            await asyncio.to_thread(result_cache.store_result, self.results_dir, key, result)
+            result = _with_app_phases(result, {"app.cache_key": keyed})
+            # Stored off the round's path (an fsync'd write); settle() and the loop's end wait for it.
+            stored = asyncio.get_running_loop().run_in_executor(
+                None, result_cache.store_result, self.results_dir, key, result)
+            self._stores = {f for f in self._stores if not f.get_loop().is_closed()} | {stored}
+            stored.add_done_callback(self._stores.discard)
         self.last_wall_s = time.perf_counter() - start
         return result
 
     async def _evaluate_fresh(self, task: Task, candidate: Candidate,
                               on_progress: eval_progress.ProgressHook | None = None) -> EvalResult:
+        began = time.perf_counter()
+        self._note_done_reaps()
         spare = self._take_spare()
         workdir, _, spec_path = self.prepare(task, candidate, workdir=spare.workdir if spare else None)
         watcher = asyncio.ensure_future(eval_progress.watch(progress_file(workdir), on_progress)) \
             if on_progress is not None else None
+        report = ReportFile(workdir / "result.json")
+        handle = None
         try:
-            submitted = time.perf_counter()
             if spare is not None:
                 spare.submit(spec_path)
-                waiting = asyncio.ensure_future(wait_sandboxed(spare.handle))
+                handle = spare.handle
             else:
                 # The worker takes the GPU lock itself once its build is done (builds may overlap).
-                waiting = asyncio.ensure_future(run_sandboxed(
+                handle = start_sandboxed(
                     [self.options.python, "-m", "cudaforge.engine.worker", str(spec_path)],
                     workdir=workdir / "sandbox",
                     env=self.worker_env(),
@@ -329,22 +387,33 @@ class Evaluator:
                     default_limit_s=self.options.load_s,
                     output_limit_bytes=self.options.output_limit_bytes,
                     open_files=self.options.open_files,
-                ))
+                )
+            submitted = time.perf_counter()
+            # Returns once the worker's report is in place: its exit and the sandbox's reap go on in the background.
+            waiting = asyncio.ensure_future(wait_sandboxed(handle, REPORT_POLL_S, reported=report))
             self._replenish()
             try:
                 warnings = await self._gpu_warnings()
+                checked_at = time.time()
                 outcome, out_path, err_path = await waiting
             except BaseException:
                 waiting.cancel()
                 with contextlib.suppress(BaseException):
                     await waiting
                 raise
+            got, got_at = time.perf_counter(), time.time()
             if spare is not None:  # the supervisor's clock started when the spare did, not at submit
-                outcome = replace(outcome, seconds=round(time.perf_counter() - submitted, 3))
-            result = self.assemble(task, candidate, workdir, outcome, out_path, err_path, warnings)
+                outcome = replace(outcome, seconds=round(got - submitted, 3))
+            report()  # a worker that exited between two looks: its report is read now (None: it wrote none)
+            result = self.assemble(task, candidate, workdir, outcome, out_path, err_path, warnings, raw=report.data)
             if result.memory is not None and result.memory.footprint_bytes:
                 self._footprints[task.sha256] = int(result.memory.footprint_bytes)
-            return result
+            app = {"app.submit": submitted - began, "app.assemble": time.perf_counter() - got}
+            if report.data is not None:  # from the report's mtime to the result in hand (and the exit, if waited for)
+                app["app.read"] = max(0.0, got_at - report.written_at)
+                if checked_at > report.seen_at:  # the other-processes check ended after the report was there
+                    app["app.read.gpu_check"] = min(checked_at, got_at) - report.seen_at
+            return _with_app_phases(result, app)
         finally:
             if watcher is not None:
                 watcher.cancel()
@@ -352,8 +421,31 @@ class Evaluator:
                     await watcher
             if spare is not None:
                 spare.forget()
+            self._clean_up_after(handle, workdir, report)
+
+    def _clean_up_after(self, handle: SandboxHandle | None, workdir: Path, report: ReportFile) -> None:
+        """Remove the work folder once the worker is gone: now, or (a worker that reported and is still
+        exiting) when its background reap is done."""
+        def remove() -> None:
             if not self.keep_workdirs:
                 shutil.rmtree(workdir, ignore_errors=True)
+
+        reap = handle.reap if handle is not None else None
+        if reap is None:
+            remove()
+            return
+        self._reaps.append((reap, report.written_at))
+        reap.then(remove)
+
+    def _note_done_reaps(self) -> None:
+        """Forget the background reaps that are over (their exit's seconds kept in `last_exit_s`)."""
+        pending = []
+        for reap, written_at in self._reaps:
+            if reap.done:
+                self._note_reaped(reap, written_at)
+            else:
+                pending.append((reap, written_at))
+        self._reaps = pending
 
     async def _gpu_warnings(self) -> list[Finding]:
         """Other processes on the GPU (not our own sandboxed workers and spares) make timings suspect."""
@@ -368,15 +460,22 @@ class Evaluator:
                         {"pids": [p["pid"] for p in others], "processes": others})]
 
     def assemble(self, task: Task, candidate: Candidate, workdir: Path, outcome: ProcessOutcome, out_path: Path,
-                 err_path: Path, warnings: list[Finding]) -> EvalResult:
+                 err_path: Path, warnings: list[Finding], raw: Mapping[str, Any] | None = None) -> EvalResult:
+        """The EvalResult of a worker's run: its report (`raw`, as read when it was taken; else read from the
+        work folder), the sandbox's outcome and the app's own checks."""
         result_path = workdir / "result.json"
         stdout_tail, stderr_tail = tail(out_path), tail(err_path)
-        raw: Any = {}
-        if result_path.exists():
-            with contextlib.suppress(ValueError, OSError):
-                raw = json.loads(result_path.read_text())
-        report = WorkerReport.from_dict(raw) if raw else None
-        exit_reason = {"exited": "ok" if raw else "exit", "signal": "crash"}.get(outcome.reason, outcome.reason)
+        if raw is None:
+            raw = {}
+            if result_path.exists():
+                with contextlib.suppress(ValueError, OSError):
+                    raw = json.loads(result_path.read_text())
+        if not isinstance(raw, Mapping):  # not a report (a candidate wrote the file): none
+            raw = {}
+        report = WorkerReport.from_dict(dict(raw)) if raw else None
+        # "reported": the report was taken before the worker's exit (which goes on in the background).
+        exit_reason = {"exited": "ok" if raw else "exit", "reported": "ok", "signal": "crash"}.get(
+            outcome.reason, outcome.reason)
         worker_exit = WorkerExit(reason=exit_reason, returncode=outcome.returncode, signal=outcome.signal,
                                  seconds=outcome.seconds, phase=outcome.phase)
         base: dict[str, Any] = {

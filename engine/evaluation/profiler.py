@@ -19,26 +19,34 @@ from pathlib import Path
 from cudaforge.engine.candidate import Candidate
 from cudaforge.engine.config import GPU_WAIT_S
 from cudaforge.engine.evaluation import result_cache
-from cudaforge.engine.evaluation.evaluator import Evaluator
-from cudaforge.engine.evaluation.sandbox import run_sandboxed, wait_sandboxed
-from cudaforge.engine.evaluation.spare import Spare, start_spare
+from cudaforge.engine.evaluation.evaluator import Evaluator, progress_file
+from cudaforge.engine.evaluation.sandbox import start_sandboxed, wait_sandboxed
+from cudaforge.engine.evaluation.spare import Spare, SparePool, start_spare
 from cudaforge.engine.profiling import NcuSettings, ProfileResult, interpret_output, prepare_profile
 from cudaforge.engine.profiling.runner import PreparedProfile, resolve_ncu
 from cudaforge.engine.task import Task
 
 
 class Profiler:
-    """Profiles candidates with ncu. `prewarm()` starts ncu around a spare worker ahead of time (ncu
-    injected, Python started, torch imported, CUDA context created), used by the next `profile()`;
-    successful profiles of an identical candidate come from the profile cache."""
+    """Profiles candidates with ncu. `prewarm()` starts ncu around spare profile workers ahead of time (ncu
+    injected, Python started, torch imported, CUDA context created), as many as the evaluator keeps
+    (`EvalOptions.spare_depth`), the oldest ready one used by the next `profile()`; successful profiles of an
+    identical candidate come from the profile cache.
+
+    ncu prints its report only once the profiled worker has exited, so a profile (unlike an evaluation) waits
+    for the exit; the worker in profile mode exits right after its report (engine/worker/entry.py). Where the
+    seconds after the worker's report went is in the result's `worker_phases`: `release` (the worker, before
+    its exit), `ncu_finish` (its exit and ncu's own report), `app.submit`, `app.reap`, `app.interpret` and
+    their sum `app`. The profile cache's write happens after the result is returned."""
 
     def __init__(self, evaluator: Evaluator, settings: NcuSettings | None = None, *, chip: str = "") -> None:
         self.evaluator = evaluator
         self.settings = settings or NcuSettings()
         self.chip = chip
-        self._spare: Spare | None = None
-        self._spare_plan: PreparedProfile | None = None
+        self._pool = SparePool()
+        self._spare_plans: dict[str, PreparedProfile] = {}  # a spare key -> the ncu command its spares run under
         self._keep_warm = False  # as in Evaluator: the next spare starts when one takes its job
+        self._stores: set[asyncio.Future[bool]] = set()  # profile-cache writes still going on
         self.last_wall_s: float = 0.0
 
     def _limits(self) -> dict[str, float]:
@@ -56,39 +64,48 @@ class Profiler:
         return json.dumps([self.evaluator._spare_key(), ncu, self.settings.to_table(), self.chip], default=str)
 
     def prewarm(self) -> bool:
-        """Start ncu with a spare profile worker unless one is waiting; False when ncu is missing or the
-        device is not CUDA (nothing to pre-start). The first call ever may query ncu's metric list."""
+        """Keep ncu-wrapped spare profile workers warming or waiting; False when ncu is missing, the device is
+        not CUDA or no spares are kept (nothing to pre-start). The first call ever may query ncu's metric list."""
         o = self.evaluator.options
         ncu = resolve_ncu(self.settings.path)
-        if ncu is None or o.device != "cuda":
+        if ncu is None or o.device != "cuda" or o.spare_depth == 0:
             return False
         self._keep_warm = True
         key = self._spare_key(ncu)
-        if self._spare is not None and self._spare.alive() and self._spare.key == key:
-            return True
-        if self._spare is not None:
-            self._spare.kill()
-            self._spare = None
-        placeholder = ["__target__"]
-        prepared = self._prepare(ncu, placeholder)
-        prefix = list(prepared.command[:-len(placeholder)])
-        self._spare = start_spare(
-            key=key, prefix=prefix, python=o.python, device=o.device, gpu=o.gpu, env=self.evaluator.worker_env(),
-            phase_limits=self._limits(), default_limit_s=float(self.settings.timeout_s),
-            output_limit_bytes=o.output_limit_bytes, open_files=o.open_files,
-            warm_limit_s=float(self.settings.timeout_s), idle_limit_s=o.spare_idle_s, label="profile-spare")
-        self._spare_plan = prepared
+
+        def start() -> Spare:
+            prepared = self._spare_plans.get(key)
+            if prepared is None:
+                prepared = self._spare_plans[key] = self._prepare(ncu, list(_PLACEHOLDER))
+            prefix = list(prepared.command[:-len(_PLACEHOLDER)])
+            return start_spare(
+                key=key, prefix=prefix, python=o.python, device=o.device, gpu=o.gpu, env=self.evaluator.worker_env(),
+                phase_limits=self._limits(), default_limit_s=float(self.settings.timeout_s),
+                output_limit_bytes=o.output_limit_bytes, open_files=o.open_files,
+                warm_limit_s=float(self.settings.timeout_s), idle_limit_s=o.spare_idle_s, label="profile-spare")
+
+        self._pool.fill(key, o.spare_depth, start)
         return True
 
     @property
     def spare(self) -> Spare | None:
-        return self._spare
+        """The spare the next profile would take first (the oldest), if any."""
+        spares = self._pool.spares
+        return spares[0] if spares else None
+
+    @property
+    def spares(self) -> tuple[Spare, ...]:
+        return self._pool.spares
 
     async def aclose(self) -> None:
+        """Kill the spare profile workers and wait for the profile-cache writes of this event loop."""
         self._keep_warm = False
-        spare, self._spare = self._spare, None
-        if spare is not None:
-            await asyncio.to_thread(spare.kill)
+        spares = self._pool.clear()
+        if spares:
+            await asyncio.to_thread(lambda: [s.kill() for s in spares])
+        stores = [f for f in self._stores if f.get_loop() is asyncio.get_running_loop()]
+        if stores:
+            await asyncio.gather(*stores, return_exceptions=True)
 
     def cache_key(self, task: Task, candidate: Candidate, ncu: str) -> str:
         identity = ""
@@ -118,44 +135,82 @@ class Profiler:
                     return cached
         result = await self._profile_fresh(task, candidate, ncu)
         if key is not None and result.ok:
-            await asyncio.to_thread(result_cache.store_json, root, key, result.to_dict())
+            # Stored off the round's path (an fsync'd write); aclose() and the loop's end wait for it.
+            stored = asyncio.get_running_loop().run_in_executor(None, result_cache.store_json, root, key,
+                                                                result.to_dict())
+            self._stores = {f for f in self._stores if not f.get_loop().is_closed()} | {stored}
+            stored.add_done_callback(self._stores.discard)
         self.last_wall_s = time.perf_counter() - start
         return result
 
     async def _profile_fresh(self, task: Task, candidate: Candidate, ncu: str) -> ProfileResult:
-        spare, self._spare = self._spare, None
-        if spare is not None and (not spare.alive() or spare.key != self._spare_key(ncu)):
-            spare.kill()
-            spare = None
+        began = time.perf_counter()
+        key = self._spare_key(ncu)
+        spare = self._pool.take(key)
         workdir, _, spec_path = self.evaluator.prepare(task, candidate, mode="profile",
                                                        workdir=spare.workdir if spare else None)
         try:
             start = time.perf_counter()
-            if spare is not None and self._spare_plan is not None:
-                prepared = self._spare_plan
+            prepared = self._spare_plans.get(key) if spare is not None else None
+            if spare is not None and prepared is not None:
                 spare.submit(spec_path)
+                submitted = time.perf_counter()
                 if self._keep_warm:
                     with contextlib.suppress(Exception):  # never fail a profile for the next spare
                         self.prewarm()
                 outcome, out_path, err_path = await wait_sandboxed(spare.handle)
             else:
+                if spare is not None:  # no plan for it (cannot happen: a spare is started with one)
+                    spare.kill(remove=False)
                 target = [self.evaluator.options.python, "-m", "cudaforge.engine.worker", str(spec_path)]
                 prepared = await asyncio.to_thread(self._prepare, ncu, target)
-                outcome, out_path, err_path = await run_sandboxed(
+                handle = start_sandboxed(
                     list(prepared.command), workdir=workdir / "sandbox", env=self.evaluator.worker_env(),
                     phase_limits=self._limits(), default_limit_s=float(self.settings.timeout_s),
                     output_limit_bytes=self.evaluator.options.output_limit_bytes)
+                submitted = time.perf_counter()
+                outcome, out_path, err_path = await wait_sandboxed(handle)
+            got, got_at = time.perf_counter(), time.time()
             result = interpret_output(
                 _read(out_path), _read(err_path), returncode=outcome.returncode,
                 timed_out=outcome.reason == "timeout", plan=prepared.plan, command=prepared.command,
                 wall_s=time.perf_counter() - start, chip=prepared.chip, timeout_s=self.settings.timeout_s,
                 launch_count=self.settings.launch_count)
-            return replace(result, worker_phases=_worker_phases(workdir / "result.json"))
+            phases = _worker_phases(workdir / "result.json")
+            phases.update(_after_report(workdir, outcome.ended_at, got_at))
+            app = {"app.submit": submitted - began, "app.interpret": time.perf_counter() - got}
+            if outcome.ended_at:
+                app["app.reap"] = max(0.0, got_at - outcome.ended_at)
+            return _with_app(replace(result, worker_phases=phases), app)
         finally:
             if spare is not None:
                 spare.forget()
             if not self.evaluator.keep_workdirs:
                 shutil.rmtree(workdir, ignore_errors=True)
+
+
+_PLACEHOLDER = ("__target__",)  # where the worker's command goes in a spare's ncu command line
+
+
+def _with_app(result: ProfileResult, app: dict[str, float]) -> ProfileResult:
+    """The app's seconds (`app.<part>`, and `app` their sum) beside the profiled worker's phases."""
+    phases = {**result.worker_phases, **{k: round(v, 4) for k, v in app.items()}}
+    phases["app"] = round(sum(v for k, v in phases.items() if k.startswith("app.") and k.count(".") == 1), 4)
+    return replace(result, worker_phases=phases)
+
+
+def _after_report(workdir: Path, ended_at: float, got_at: float) -> dict[str, float]:
+    """Where the seconds after the worker's report went: `release` (report written -> the worker's exit began,
+    its progress file's last phase) and `ncu_finish` (-> ncu ended: the worker's exit and ncu's own report)."""
+    out: dict[str, float] = {}
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+        written = (workdir / "result.json").stat().st_mtime
+        progress = json.loads(progress_file(workdir).read_text())
+        exiting = float(progress["since"]) if progress.get("phase") == "exit" else written
+        out["release"] = round(max(0.0, exiting - written), 4)
+        if ended_at:
+            out["ncu_finish"] = round(max(0.0, min(ended_at, got_at) - exiting), 4)
+    return out
 
 
 def _worker_phases(result_path: Path) -> dict[str, float]:

@@ -8,20 +8,27 @@ a progress file) and an output-size limit, and after the worker ends, for any re
 descendant: orphans that called setsid() are re-parented to the subreaper, so they are found too.
 If the supervisor itself is killed, the caller sweeps by the marker variable each sandboxed process
 inherits.
+
+A caller whose worker writes a complete report before it exits (the evaluator) need not wait for the exit:
+`wait_sandboxed(..., reported=ReportFile(path))` returns as soon as the report is there, and a background
+reaper (`BackgroundReap`) waits for the process's teardown, kills the tree when it outlives `EXIT_GRACE_S`,
+sweeps by the marker and only then runs the caller's clean-up. Pending reapers are killed at interpreter exit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import json
 import os
 import re
 import signal
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +38,10 @@ from cudaforge.engine.gpu.lock import MARKER_VAR
 _SECRET = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE_KEY|_AUTH)", re.I)
 _ALLOWED_SECRETISH = {MARKER_VAR}
 PR_SET_CHILD_SUBREAPER = 36
+# How long a worker may take to exit once its report is written (freeing its device memory, its CUDA context's
+# teardown): its phases "done" and "exit" get this limit in the supervisor, and the app's background reaper
+# kills the tree after it. A worker that reported and then hangs is killed, not waited for.
+EXIT_GRACE_S = 30.0
 
 
 def scrub_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -40,13 +51,16 @@ def scrub_env(env: Mapping[str, str]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class ProcessOutcome:
-    reason: str  # "exited", "timeout", "signal", "output_limit", "cancelled", "supervisor_failed"
+    # "exited", "timeout", "signal", "output_limit", "cancelled", "supervisor_failed"; or "reported": the
+    # worker wrote its report and is left to exit in the background (returncode unknown then)
+    reason: str
     returncode: int | None = None
     signal: str | None = None
     seconds: float = 0.0
     phase: str = ""
     limit_s: float | None = None
     swept: int = 0  # descendants killed after the worker ended
+    ended_at: float = 0.0  # wall clock (time.time()) when the worker ended: where its exit's seconds went
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -211,6 +225,7 @@ def supervise(spec: SandboxSpec) -> ProcessOutcome:
             break
         time.sleep(0.02)
     seconds = time.monotonic() - start
+    ended_at = time.time()
     rc = child.returncode
     if reason != "timeout" and _output_size(spec) > spec.output_limit_bytes:
         reason = "output_limit"  # also when the file-size rlimit (SIGXFSZ) stopped it first
@@ -227,6 +242,7 @@ def supervise(spec: SandboxSpec) -> ProcessOutcome:
         phase=final_phase or phase,
         limit_s=limit if reason == "timeout" else None,
         swept=swept,
+        ended_at=round(ended_at, 4),
     )
 
 
@@ -282,6 +298,7 @@ class SandboxHandle:
     spec: SandboxSpec
     limit_s: float
     started: float = field(default_factory=time.monotonic)
+    reap: BackgroundReap | None = None  # set when `wait_sandboxed` returned on the report, before the exit
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -368,10 +385,136 @@ def kill_sandboxed(handle: SandboxHandle, grace_s: float = 5.0) -> None:
     _LIVE_HANDLES.pop(handle.proc.pid, None)
 
 
-async def wait_sandboxed(handle: SandboxHandle, poll_s: float = 0.01) -> tuple[ProcessOutcome, Path, Path]:
-    """Await the supervisor's end; cancelling (or its outer limit) kills the whole tree first."""
+class ReportFile:
+    """A worker's report file, taken once it holds a whole JSON object. The worker writes it atomically (a temp
+    file renamed into place), so a reader never sees half of it; a file that does not parse (written by other
+    means) is not taken and the wait goes on. Read again only when its inode, size or mtime changed."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.data: dict[str, Any] | None = None
+        self.written_at = 0.0  # its mtime (wall clock): when the worker wrote it
+        self.seen_at = 0.0  # wall clock when this process had read it
+        self._stamp: tuple[int, int, int] | None = None
+
+    def __call__(self) -> bool:
+        if self.data is not None:
+            return True
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return False
+        if not isinstance(data, dict) or not data:
+            return False
+        self.data, self.written_at, self.seen_at = data, st.st_mtime, time.time()
+        return True
+
+
+_REAPING: set[BackgroundReap] = set()
+
+
+class BackgroundReap:
+    """The rest of a sandboxed process's life after its report was taken: a thread waits for the supervisor
+    (the worker's exit, the subreaper sweep), kills the tree once `grace_s` has passed since the report (a
+    worker that reported and then hangs), sweeps by the marker, and then runs what `then` was given (the
+    caller's clean-up of the files it read). Never tied to an event loop: it outlives the `asyncio.run` that
+    started it, like a spare does."""
+
+    def __init__(self, handle: SandboxHandle, grace_s: float = EXIT_GRACE_S) -> None:
+        self.handle = handle
+        self.grace_s = grace_s
+        self.started = time.monotonic()
+        self.outcome: ProcessOutcome | None = None  # the supervisor's, once it has ended
+        self.killed = False  # outlived the grace
+        self.seconds = 0.0  # from the report taken to the process tree gone
+        self._then: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        _REAPING.add(self)
+        self._thread = threading.Thread(target=self._run, name=f"cudaforge-reap-{handle.proc.pid}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import subprocess
+
+        try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.handle.proc.wait(timeout=self.grace_s)
+            if self.handle.proc.poll() is None:
+                self.killed = True
+                kill_sandboxed(self.handle)
+            else:
+                sweep_marker(self.handle.marker)
+                _LIVE_HANDLES.pop(self.handle.proc.pid, None)
+            self.outcome = _read_outcome(self.handle)
+        finally:
+            self.seconds = time.monotonic() - self.started
+            with self._lock:
+                self._done.set()
+                then, self._then = self._then, []
+            _REAPING.discard(self)
+            for fn in then:
+                with contextlib.suppress(Exception):
+                    fn()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def then(self, fn: Callable[[], None]) -> None:
+        """Run `fn` once the process tree is gone (at once, in the caller's thread, when it already is)."""
+        with self._lock:
+            if not self._done.is_set():
+                self._then.append(fn)
+                return
+        fn()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until the tree is gone and the clean-ups ran (True) or `timeout` passed (False)."""
+        if not self._done.wait(timeout):
+            return False
+        self._thread.join(timeout)
+        return True
+
+
+@atexit.register
+def _kill_reaping_at_exit() -> None:
+    for reap in list(_REAPING):
+        with contextlib.suppress(Exception):
+            kill_sandboxed(reap.handle)
+
+
+def _read_outcome(handle: SandboxHandle) -> ProcessOutcome:
+    """What the (ended) supervisor wrote, or `supervisor_failed` when it wrote nothing."""
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        return ProcessOutcome(**json.loads(Path(handle.spec.outcome_path).read_text()))
+    return ProcessOutcome(reason="supervisor_failed", returncode=handle.proc.returncode)
+
+
+async def wait_sandboxed(handle: SandboxHandle, poll_s: float = 0.01, *, reported: Callable[[], bool] | None = None,
+                         exit_grace_s: float = EXIT_GRACE_S) -> tuple[ProcessOutcome, Path, Path]:
+    """Await the supervisor's end; cancelling (or its outer limit) kills the whole tree first.
+
+    With `reported` (a ReportFile, say), return as soon as it says the worker's report is complete, with the
+    outcome "reported" and the rest of the process's life left to a BackgroundReap (`handle.reap`): the
+    worker's exit (its CUDA context's teardown) is not waited for. Its files stay until the caller's clean-up
+    runs through `handle.reap.then`.
+    """
     try:
         while handle.proc.poll() is None:
+            if reported is not None and reported():
+                handle.reap = BackgroundReap(handle, exit_grace_s)
+                outcome = ProcessOutcome(reason="reported", seconds=round(time.monotonic() - handle.started, 3),
+                                         phase="done")
+                return outcome, Path(handle.spec.stdout_path), Path(handle.spec.stderr_path)
             if time.monotonic() - handle.started > handle.limit_s:
                 raise TimeoutError
             await asyncio.sleep(poll_s)
@@ -379,11 +522,7 @@ async def wait_sandboxed(handle: SandboxHandle, poll_s: float = 0.01) -> tuple[P
         await asyncio.to_thread(kill_sandboxed, handle)
         raise
     _LIVE_HANDLES.pop(handle.proc.pid, None)
-    outcome_path = Path(handle.spec.outcome_path)
-    if outcome_path.exists():
-        outcome = ProcessOutcome(**json.loads(outcome_path.read_text()))
-    else:
-        outcome = ProcessOutcome(reason="supervisor_failed", returncode=handle.proc.returncode)
+    outcome = _read_outcome(handle)
     if sweep_marker(handle.marker):
         outcome = ProcessOutcome(**{**outcome.to_dict(), "swept": outcome.swept + 1})
     return outcome, Path(handle.spec.stdout_path), Path(handle.spec.stderr_path)

@@ -10,9 +10,15 @@ Every live spare is also killed at interpreter exit, and the supervisor exits (k
 the app's process is gone, so no spare outlives the app.
 
 When the next spare starts (Evaluator/Profiler): on CUDA, as soon as the current spare takes its job,
-so its process start and imports (1-3 s) overlap this round's evaluation and profile; its GPU part
+so its process start and imports overlap this round's evaluation and profile; its GPU part
 (the context) waits for a read hold of the per-GPU lock, where announced jobs go first (engine/gpu/turns.py), so
 it warms right after this round's profile instead of between the evaluation and its profile.
+
+How many: a `SparePool` keeps `[eval] spares` of them warm (CUDA; one at most on the CPU device) and hands
+out the oldest ready one. On the H200 a spare needs ~10 s to warm (torch import 4-5 s, CUPTI start 4-6 s)
+while a round whose LLM replies at once lasts ~5-6 s: with one spare every such round waited for it, with
+two each spare has two rounds to get ready. Each warm spare holds a CUDA context (~0.5-0.8 GiB of device
+memory): the memory admission counts it as one of our processes (engine/worker/pipeline.py `_budget`).
 
 Why no pre-imported fork server ("zygote"): with the hand-over above the import is already off the
 critical path whenever a round lasts longer than the import; what is left is the GPU part under the
@@ -34,7 +40,7 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,6 +114,51 @@ def start_spare(*, key: str, prefix: Sequence[str], python: str, device: str, gp
     spare = Spare(handle=handle, workdir=workdir, key=key)
     _LIVE[id(spare)] = spare
     return spare
+
+
+class SparePool:
+    """Up to `depth` warm spares for one key (what they were started for), oldest first. `take` hands out the
+    oldest ready one (else the oldest still warming: the furthest along); spares that died or were started
+    for other options are killed whenever they are met."""
+
+    def __init__(self) -> None:
+        self._spares: list[Spare] = []
+
+    @property
+    def spares(self) -> tuple[Spare, ...]:
+        return tuple(self._spares)
+
+    def _prune(self, key: str) -> None:
+        keep = []
+        for spare in self._spares:
+            if spare.alive() and spare.key == key:
+                keep.append(spare)
+            else:
+                spare.kill()
+        self._spares = keep
+
+    def fill(self, key: str, depth: int, start: Callable[[], Spare]) -> int:
+        """Start spares (`start()`) until `depth` live ones for `key` wait; returns how many were started."""
+        self._prune(key)
+        started = 0
+        while len(self._spares) < depth:
+            self._spares.append(start())
+            started += 1
+        return started
+
+    def take(self, key: str) -> Spare | None:
+        """The spare for the next job (removed from the pool), or None when no live one for `key` is left."""
+        self._prune(key)
+        if not self._spares:
+            return None
+        pick = next((s for s in self._spares if s.ready() is not None), self._spares[0])
+        self._spares.remove(pick)
+        return pick
+
+    def clear(self) -> list[Spare]:
+        """Every spare, removed from the pool (for the caller to kill)."""
+        spares, self._spares = self._spares, []
+        return spares
 
 
 def live_spares() -> list[Spare]:

@@ -239,6 +239,9 @@ class Session:
                     await asyncio.shield(aclose())
 
     async def _loop(self) -> SessionStopped:
+        # The spares warm (~10 s on an H200) while the fit check runs its own process (~5 s): the first round
+        # waits less for its worker. A task that does not fit only had them started for nothing (killed at close).
+        self._prewarm()
         too_big = await self._does_not_fit()
         if too_big:
             return self._finish("does_not_fit", too_big)

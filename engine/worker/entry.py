@@ -56,6 +56,7 @@ def main(argv: list[str]) -> int:
             report.outcome, report.message = "runtime_error", f"{type(exc).__name__}: {exc}"
         report.traceback = traceback.format_exc()
     phase("done")
+    done_at = time.perf_counter()
     report.phases = dict(phases())
     with contextlib.suppress(Exception):
         from cudaforge.engine.worker import gpu_share
@@ -65,14 +66,34 @@ def main(argv: list[str]) -> int:
         from cudaforge.engine.worker import memory
 
         report.memory = memory.finish(report.memory_notes)
-    write_result(result_path, _typed(report))
-    with contextlib.suppress(Exception):
-        from cudaforge.engine.worker import pipeline
-
-        pipeline.release_gpu()  # memory freed before the GPU lock goes (else the lock goes at exit)
+    report.phases["finish"] = round(time.perf_counter() - done_at, 4)  # the report's own making
     sys.stdout.flush()
     sys.stderr.flush()
-    # Skip interpreter teardown: candidate extensions or CUDA state may hang or crash in destructors.
+    # The app takes the result as soon as this file is in place (renamed: never half a file) and leaves the
+    # rest of this process's life (below, and its CUDA context's teardown) to a background reaper.
+    write_result(result_path, _typed(report))
+    _exit(job.mode)
+
+
+def _exit(mode: str) -> None:
+    """Leave the GPU and end the process at once, skipping interpreter teardown (candidate extensions or
+    CUDA state may hang or crash in destructors).
+
+    An evaluation frees its device memory before it lets the GPU lock and its memory reservation go (else they
+    go at exit). A profile exits straight away: ncu prints its report only once this process is gone, so every
+    step here is on the round's path, and the exit itself does what release_gpu would (after the final
+    synchronize of the profiled range no device work is queued): the kernel drops this process's flocks (the
+    GPU turn) with its open files, the driver frees its memory with them, and its memory reservation counts
+    until it is a zombie (engine/gpu/lock.py process_alive), i.e. until its device files are closed."""
+    if mode != "profile":
+        with contextlib.suppress(Exception):
+            from cudaforge.engine.worker import pipeline
+
+            pipeline.release_gpu()
+    with contextlib.suppress(Exception):
+        phase("exit")  # when the exit began: the app's read-back and benches see where the rest went
+    sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(0)
 
 
@@ -93,6 +114,18 @@ def process_age() -> float:
         uptime = float(Path("/proc/uptime").read_text().split()[0])
         return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
     return 0.0
+
+
+def _cupti_parts(prof: Any) -> dict[str, float]:
+    """Where a torch.profiler session's start and stop went (its own stats, where this torch keeps them):
+    `cupti_prepare_s` (Kineto's set-up: loading and initialising CUPTI), `cupti_enable_s` (activity
+    collection switched on), `cupti_disable_s` (switched off, records flushed). For the spare's CUPTI
+    warm-up, the longest part of its warm-up on an H200 (4-6 s)."""
+    with contextlib.suppress(Exception):
+        stats = prof._stats()
+        return {f"cupti_{part}_s": round(getattr(stats, f"profiler_{part}_call_duration_us") / 1e6, 4)
+                for part in ("prepare", "enable", "disable")}
+    return {}
 
 
 SPARE_JOB = "job.json"
@@ -153,15 +186,21 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
                 pipeline.GPU_STATE["context"] = True  # the job needs no turn at the lock for it
                 nvrtc._driver()
                 step("context_s")
+                if warm_cupti:  # an evaluation's spare (not ncu's): the checks' fused kernels, loaded now
+                    from cudaforge.engine import check_kernels
+
+                    check_kernels.prepare(torch.device("cuda", gpu))
+                    step("check_kernels_s")
             if warm_cupti:
                 # The kernel check's first torch.profiler session loads and starts CUPTI (~3 s on an
                 # H200): do it now, while the LLM thinks. Outside the GPU lock, so no queued evaluation
                 # waits behind it, and therefore with no device work at all: starting the session loads
                 # CUPTI and enables its activity records in this process; a kernel launched here could
                 # be time-sliced into another evaluation's timing window.
-                with profile(activities=[ProfilerActivity.CUDA]):
+                with profile(activities=[ProfilerActivity.CUDA]) as warm:
                     pass
                 step("cupti_s")
+                steps.update(_cupti_parts(warm))
     if device == "cuda":
         with contextlib.suppress(Exception):
             torch.cuda.empty_cache()  # a spare holds only its context until it gets a job
