@@ -22,14 +22,16 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_KB = REPO.parent / "shared" / "kernelbench"
 
 
-def jobs(kernelbench: Path, first: int) -> list[tuple[str, Path, Path | None]]:
-    """(name, task, candidate file or None for the reference as its own candidate)."""
+def jobs(kernelbench: Path, first: int, start: int = 1, examples: bool = True) -> list[tuple[str, Path, Path | None]]:
+    """(name, task, candidate file or None for the reference as its own candidate): the examples' nvrtc
+    candidates, then level-1 problems `start`..`first` (by their numbers)."""
     out: list[tuple[str, Path, Path | None]] = [
         (f"examples/{t.parent.name}", t, t.parent / "nvrtc.py")
-        for t in sorted((REPO / "examples").glob("*/task.py")) if (t.parent / "nvrtc.py").exists()]
+        for t in sorted((REPO / "examples").glob("*/task.py")) if (t.parent / "nvrtc.py").exists()] if examples else []
     level1 = kernelbench / "level1"
     if level1.is_dir():
-        files = sorted(level1.glob("*.py"), key=lambda p: (int(p.stem.split("_")[0]), p.name))[:first]
+        files = [p for p in sorted(level1.glob("*.py"), key=lambda p: (int(p.stem.split("_")[0]), p.name))
+                 if start <= int(p.stem.split("_")[0]) <= first]
         out += [(f"level1/{p.stem}", p, None) for p in files]
     else:
         print(f"{level1}: not found, KernelBench skipped", file=sys.stderr)
@@ -83,8 +85,8 @@ def top_phases(phases: dict[str, float], n: int = 6) -> str:
     return " ".join(f"{k}={v:.1f}" for k, v in sorted(phases.items(), key=lambda kv: -kv[1])[:n])
 
 
-async def run(kernelbench: Path, first: int, parallel: int = 1, rows_path: Path | None = None
-              ) -> list[dict[str, Any]]:
+async def run(kernelbench: Path, first: int, parallel: int = 1, rows_path: Path | None = None,
+              start: int = 1, examples: bool = True) -> list[dict[str, Any]]:
     """The examples one at a time (their events against CUPTI's busy time with no other evaluation's
     launches beside them), then the KernelBench problems through `parallel` evaluators side by side
     (their timed windows still hold the GPU alone, engine/gpu/rwlock.py); rows in the jobs' order."""
@@ -101,7 +103,7 @@ async def run(kernelbench: Path, first: int, parallel: int = 1, rows_path: Path 
                           peaks=peaks_from_spec(spec),
                           timing={"warmup": 10, "warmup_ms": 25.0, "trials": 50, "min_time_ms": 100.0,
                                   "max_trials": 1000, "host_trials": 20, "l2_flush": True, "baselines": ["eager"]})
-    todo = list(enumerate(jobs(kernelbench, first)))
+    todo = list(enumerate(jobs(kernelbench, first, start, examples)))
     done: dict[int, dict[str, Any]] = {}
 
     async def slot() -> None:
@@ -136,14 +138,16 @@ async def run(kernelbench: Path, first: int, parallel: int = 1, rows_path: Path 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kernelbench", default=str(DEFAULT_KB))
-    ap.add_argument("--first", type=int, default=20)
+    ap.add_argument("--first", type=int, default=20, help="the last level-1 problem (by number)")
+    ap.add_argument("--start", type=int, default=1, help="the first level-1 problem (by number)")
+    ap.add_argument("--no-examples", action="store_true", help="KernelBench problems only")
     ap.add_argument("--parallel", type=int, default=1, help="evaluations in flight (timed windows stay exclusive)")
     ap.add_argument("--json")
     ap.add_argument("--rows", help="append one JSON line per evaluation here as it finishes")
     args = ap.parse_args()
     start = time.perf_counter()
     rows = asyncio.run(run(Path(args.kernelbench), args.first, args.parallel,
-                           Path(args.rows) if args.rows else None))
+                           Path(args.rows) if args.rows else None, args.start, not args.no_examples))
     print(table(rows))
     print(f"\n{len(rows)} evaluations in {time.perf_counter() - start:.0f} s")
     if args.json:
