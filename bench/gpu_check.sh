@@ -16,7 +16,8 @@
 #   PYTHON           the interpreter (python3)
 #   JOBS             evaluations in flight for the sweeps (8); GPU_MEMORY_GB their per-worker cap (24)
 #   SHARD            K/N: only every N-th problem of a sweep, from the K-th (1/1)
-#   SOL_START        the first level-1 problem of the sol step (1; it ends at 20)
+#   SOL_START        the first level-1 problem of the sol step (1; it ends at 20); SOL_NO_EXAMPLES=1 skips
+#                    the examples (evaluated one at a time first, about 10 s each in a fresh worker)
 #   STEP_LIMIT       seconds a step may run (500; the call also installs the package first)
 #   STEP_LIMITS      per-step limits that override it, e.g. "tests=230 sol=300"
 #   TEST_WORKERS     pytest-xdist processes for the test steps where xdist is installed (4; 0: one process).
@@ -64,7 +65,7 @@ list_steps() {
 known_step() { grep -q "^$1|" <<< "$STEPS"; }
 
 case "${1:-}" in
-    ""|-h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; echo; list_steps; exit 0 ;;
+    ""|-h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; echo; list_steps; exit 0 ;;
     --list) list_steps; exit 0 ;;
 esac
 for s in "$@"; do
@@ -197,7 +198,8 @@ step() {
             printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 'key-press-to-render' "$OUT/tui.log" | cut -c1-90)" ;;
         sol)
             [ -f bench/speed_of_light.py ] || { printf 'skipped\tbench/speed_of_light.py is not in this checkout\n'; return; }
-            run sol.log "$STEP_LIMIT" "$PY" bench/speed_of_light.py ${KB:+--kernelbench "$KB"} --first 20 --start "$SOL_START" --parallel "$JOBS" --json "$OUT/speed_of_light.json" \
+            run sol.log "$STEP_LIMIT" "$PY" bench/speed_of_light.py ${KB:+--kernelbench "$KB"} --first 20 --start "$SOL_START" \
+                ${SOL_NO_EXAMPLES:+--no-examples} --parallel "$JOBS" --json "$OUT/speed_of_light.json" \
                 --rows "$OUT/sol.rows.jsonl"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/sol.log")" ;;
     esac

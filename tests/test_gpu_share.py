@@ -22,9 +22,13 @@ def test_four_evaluations_in_flight_share_the_gpu_and_time_alone(gpu_options) ->
 
     async def run() -> list:
         evs = [Evaluator(gpu_options) for _ in names]
-        return await asyncio.gather(*(ev.evaluate(load_task(EXAMPLES / n / "task.py"),
-                                                  load_candidate(EXAMPLES / n / "nvrtc.py"), use_cache=False)
-                                      for ev, n in zip(evs, names, strict=True)))
+        try:
+            return await asyncio.gather(*(ev.evaluate(load_task(EXAMPLES / n / "task.py"),
+                                                      load_candidate(EXAMPLES / n / "nvrtc.py"), use_cache=False)
+                                          for ev, n in zip(evs, names, strict=True)))
+        finally:  # a result comes once its report is written; the worker gives its memory back as it exits
+            for ev in evs:
+                await ev.aclose()
 
     results = asyncio.run(run())
     for name, r in zip(names, results, strict=True):

@@ -25,7 +25,8 @@ def test_there_are_four_triton_examples() -> None:
 def test_triton_example_is_accepted(task: str, gpu_options) -> None:
     cand = load_candidate(EXAMPLES / task / "triton_kernel.py")
     r = asyncio.run(Evaluator(gpu_options).evaluate(load_task(EXAMPLES / task / "task.py"), cand))
-    assert r.outcome == "ok", f"{task}: {r.message}\n{r.traceback}\n{r.stderr_tail}"
+    assert r.outcome == "ok", f"{task}: {r.message}\n{[(f.name, f.message, f.evidence) for f in r.findings]}\n" \
+        f"{r.traceback}\n{r.stderr_tail}"
     assert r.format == "triton" and r.timing is not None and r.timing.candidate.method == "cuda_event"
     assert r.speedup is not None and r.speedup > 0
     # the profiler's kernel names are the jit functions' names: the candidate's own, most of the time

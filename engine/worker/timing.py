@@ -97,6 +97,13 @@ class HookChain:
             h.after(name, out)
 
 
+# The flush writes at least what triton.testing.do_bench's does (a 256e6-byte buffer), whatever the L2: the
+# flush kernel then also keeps the GPU busy while the host records the start event and launches the call,
+# so a short kernel's events hold its host launch gap only where that gap outlasts the flush (H200: 2 x L2
+# was 120 MB, about 30 us, and the nvrtc ReLU example's events came out 1.29-1.77x its CUPTI busy time).
+MIN_FLUSH_BYTES = 256_000_000
+
+
 class Timer:
     """Interleaved timing of several callables with an L2 flush before every call."""
 
@@ -107,7 +114,7 @@ class Timer:
         self.cuda = device.type == "cuda"
         self.flush_buffer = None
         if self.cuda and l2_flush:
-            self.flush_buffer = torch.empty(max(2 * l2_bytes, 64 << 20) // 4, dtype=torch.float32, device=device)
+            self.flush_buffer = torch.empty(max(2 * l2_bytes, MIN_FLUSH_BYTES) // 4, dtype=torch.float32, device=device)
         # The real clocks, captured before any candidate code ran (see capture_clocks).
         self._sync = REAL_CLOCKS["synchronize"] if self.cuda else (lambda *a: None)
         self._perf = REAL_CLOCKS["perf_counter"]
