@@ -192,7 +192,7 @@ class Evaluator:
         self._keep_warm = False
         # Workers that reported and may still be exiting, with their report's mtime.
         self._reaps: list[tuple[BackgroundReap, float]] = []
-        self._stores: set[asyncio.Future[bool]] = set()  # result-cache writes still going on
+        self._stores = result_cache.PendingWrites()  # result-cache writes still going on
         self.last_wall_s: float = 0.0  # seconds of the last evaluate() (cache lookup to result)
         # Seconds from the last reaped worker's report to its process's end (off the round's path now; benches
         # read it after `settle()` to see the teardown's cost); None until one was reaped.
@@ -259,9 +259,7 @@ class Evaluator:
         for reap, written_at in reaps:
             await asyncio.to_thread(reap.join, timeout_s)
             self._note_reaped(reap, written_at)
-        stores = [f for f in self._stores if f.get_loop() is asyncio.get_running_loop()]
-        if stores:
-            await asyncio.gather(*stores, return_exceptions=True)
+        await self._stores.wait()
 
     def _note_reaped(self, reap: BackgroundReap, report_written_at: float) -> None:
         ended = reap.outcome.ended_at if reap.outcome is not None else 0.0
@@ -356,10 +354,7 @@ class Evaluator:
         if key is not None:
             result = _with_app_phases(result, {"app.cache_key": keyed})
             # Stored off the round's path (an fsync'd write); settle() and the loop's end wait for it.
-            stored = asyncio.get_running_loop().run_in_executor(
-                None, result_cache.store_result, self.results_dir, key, result)
-            self._stores = {f for f in self._stores if not f.get_loop().is_closed()} | {stored}
-            stored.add_done_callback(self._stores.discard)
+            self._stores.start(result_cache.store_result, self.results_dir, key, result)
         self.last_wall_s = time.perf_counter() - start
         return result
 

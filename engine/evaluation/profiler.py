@@ -46,7 +46,7 @@ class Profiler:
         self._pool = SparePool()
         self._spare_plans: dict[str, PreparedProfile] = {}  # a spare key -> the ncu command its spares run under
         self._keep_warm = False  # as in Evaluator: the next spare starts when one takes its job
-        self._stores: set[asyncio.Future[bool]] = set()  # profile-cache writes still going on
+        self._stores = result_cache.PendingWrites()  # profile-cache writes still going on
         self.last_wall_s: float = 0.0
 
     def _limits(self) -> dict[str, float]:
@@ -103,9 +103,7 @@ class Profiler:
         spares = self._pool.clear()
         if spares:
             await asyncio.to_thread(lambda: [s.kill() for s in spares])
-        stores = [f for f in self._stores if f.get_loop() is asyncio.get_running_loop()]
-        if stores:
-            await asyncio.gather(*stores, return_exceptions=True)
+        await self._stores.wait()
 
     def cache_key(self, task: Task, candidate: Candidate, ncu: str) -> str:
         identity = ""
@@ -136,10 +134,7 @@ class Profiler:
         result = await self._profile_fresh(task, candidate, ncu)
         if key is not None and result.ok:
             # Stored off the round's path (an fsync'd write); aclose() and the loop's end wait for it.
-            stored = asyncio.get_running_loop().run_in_executor(None, result_cache.store_json, root, key,
-                                                                result.to_dict())
-            self._stores = {f for f in self._stores if not f.get_loop().is_closed()} | {stored}
-            stored.add_done_callback(self._stores.discard)
+            self._stores.start(result_cache.store_json, root, key, result.to_dict())
         self.last_wall_s = time.perf_counter() - start
         return result
 

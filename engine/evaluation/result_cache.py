@@ -19,6 +19,7 @@ either); a fixed seed is keyed by its value, so reproducing a run never gets a r
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import importlib.metadata
@@ -29,7 +30,7 @@ import platform
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
@@ -195,3 +196,21 @@ def store_json(root: Path, key: str, value: dict[str, Any]) -> bool:
         atomic_write_json(_path(root, key), {"key": key, "value": value})
         return True
     return False
+
+
+class PendingWrites:
+    """Cache writes run off the round's path (an fsync'd write each): `start` queues one in the loop's
+    executor, `wait` awaits those of the running loop (a closed loop's are forgotten)."""
+
+    def __init__(self) -> None:
+        self._futures: set[asyncio.Future[Any]] = set()
+
+    def start(self, write: Callable[..., Any], *args: Any) -> None:
+        future = asyncio.get_running_loop().run_in_executor(None, write, *args)
+        self._futures = {f for f in self._futures if not f.get_loop().is_closed()} | {future}
+        future.add_done_callback(self._futures.discard)
+
+    async def wait(self) -> None:
+        mine = [f for f in self._futures if f.get_loop() is asyncio.get_running_loop()]
+        if mine:
+            await asyncio.gather(*mine, return_exceptions=True)
