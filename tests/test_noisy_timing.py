@@ -47,7 +47,7 @@ def test_remeasured_while_noisy_up_to_the_bound() -> None:
 
 
 def test_a_disturbed_timing_is_noisy_timing_with_both_spreads_and_pinned_threads(cpu_options) -> None:
-    """tests/adversarial/jittery.py waits 3 ms in about half of its calls: a real disturbance of the timed
+    """tests/adversarial/jittery.py waits 3 ms in every other call: a real disturbance of the timed
     calls in the real worker. The timing is measured again (once here), stays noisy and says so."""
     timing = {**cpu_options.timing, "trials": 12, "noise_threshold": 0.25, "noise_retries": 1}
     r = evaluate(replace(cpu_options, timing=timing), "jittery.py")
@@ -65,7 +65,8 @@ def test_a_disturbed_timing_is_noisy_timing_with_both_spreads_and_pinned_threads
 
 JITTERY_CORE = (CORE / "correct.py").read_text().replace(
     "        return _ext.relu_scale_bias(x.contiguous(), self.bias.contiguous(), 0.5, 0.0)",
-    "        import random\n        import time\n\n        if random.random() < 0.5:\n            time.sleep(0.003)\n"
+    "        import time\n\n        self.calls = getattr(self, 'calls', 0) + 1\n        if self.calls % 2:\n"
+    "            time.sleep(0.003)\n"
     "        return _ext.relu_scale_bias(x.contiguous(), self.bias.contiguous(), 0.5, 0.0)")
 
 
