@@ -189,7 +189,7 @@ class Memory:
     note: str = ""  # e.g. the cap ignored on the CPU device
     reference_call_s: float | None = None  # the measured reference call's wall time
     process_peak_bytes: int | None = None  # CUDA: the process's device memory as NVML counts it (context included)
-    host_needed_bytes: int | None = None  # host memory for the copies waiting there (2 x inputs + 1 x output)
+    host_needed_bytes: int | None = None  # host memory for the copies waiting there (memory.host_needed_bytes)
     host_peak_bytes: int | None = None  # CPU device with accounting: the bytes the host copies held at most
     forward_peak_bytes: int | None = None  # the reference forward's own tensors at most, counted on the meta device
     phase_peak_bytes: dict[str, int] = field(default_factory=dict)  # each worker phase's own peak: which step set it

@@ -36,7 +36,7 @@ def test_wide_output_evaluation_peaks_within_the_rule(cpu_options: EvalOptions,
     # The rule with the slice temporaries (memory.SLICE_TEMP_BYTES) in place of its 1 GiB of slack.
     bound = memory.FACTOR * m.reference_peak_bytes + memory.SLICE_TEMP_BYTES
     assert m.eval_peak_bytes <= bound, (m.eval_peak_bytes / MIB, m.reference_peak_bytes / MIB)
-    # The fit estimate bounds the measured peak; the host held one output at a time (no input snapshots).
+    # The fit estimate bounds the measured peak; the host held at most the timed check's two expected outputs.
     assert m.footprint_bytes is not None and memory.tight_bytes(m.footprint_bytes) >= m.eval_peak_bytes
     assert m.needed_bytes is not None and m.needed_bytes >= m.eval_peak_bytes
     assert m.host_peak_bytes is not None and output <= m.host_peak_bytes <= m.host_needed_bytes + 2 * MIB, m
@@ -49,6 +49,7 @@ def test_estimate_under_a_cap_and_the_host_message() -> None:
     assert memory.estimate_bytes(8 * gib, 24 * gib) == 11 * gib
     assert memory.estimate_bytes(20 * gib, 24 * gib) == memory.tight_bytes(20 * gib) < 24 * gib
     assert memory.host_needed_bytes(2 * gib, 3 * gib) == 7 * gib  # two input sets, one output
+    assert memory.host_needed_bytes(gib // 4, 3 * gib) == 6 * gib  # timing: the two contents' expected outputs
     assert memory.host_message("level1/45_x", 8 * gib, 5 * gib) == (
         "level1/45_x needs about 8.0 GiB of host memory to evaluate (its inputs and outputs, kept on the host); "
         "the host has 5.0 GiB available")

@@ -224,12 +224,25 @@ class Rotation:
     def __init__(self, model: Any, draws: list[list[Any]] | FlippingDraw) -> None:
         self.model, self.draws, self.calls = model, draws, 0
 
+    def contents(self) -> int:
+        """How many input contents the calls rotate over."""
+        return 2 if isinstance(self.draws, FlippingDraw) else len(self.draws)
+
+    def next_index(self) -> int:
+        """Which content the next call gets."""
+        return self.calls % self.contents()
+
+    def at(self, index: int) -> list[Any]:
+        """The inputs with content `index` (a FlippingDraw is put in that content now: outside the timed
+        window only)."""
+        if isinstance(self.draws, FlippingDraw):
+            return self.draws.at(index)
+        return self.draws[index]
+
     def peek(self) -> list[Any]:
         """The inputs of the next call (a FlippingDraw is put in that content now: call it outside the
         timed window, as RotationPrepare does)."""
-        if isinstance(self.draws, FlippingDraw):
-            return self.draws.at(self.calls % 2)
-        return self.draws[self.calls % len(self.draws)]
+        return self.at(self.next_index())
 
     def __call__(self) -> Any:
         import torch
@@ -283,11 +296,16 @@ def _flat(out: Any) -> list[Any]:
 class TimedOutputCheck:
     """Hooks for timing.Timer.event_times: compares sampled timed candidate calls with the reference.
 
-    Before a sampled call (outside the timed window) the candidate's next inputs are copied and the
-    reference computes the expected output from the copy (reference numerics); right after the call's end
-    event, the device is synchronized and the output compared, then dropped: one expected output is held
-    at a time. Outputs the reference returns from timed calls are overwritten (NaN) once their end event
-    is recorded, so a candidate handing back unwritten memory cannot find the reference's result in it.
+    The timed calls rotate over two input contents (Rotation), so a sampled call's expected output is the
+    reference's output for the content that call gets. Where the reference leaves its inputs as they were,
+    `prepare()` computes both expected outputs once, before the timed window (side by side with other
+    evaluations: engine/worker/gpu_share.py), and they wait off the device; the window then spends nothing
+    on them but the compares. Where the reference changes its inputs, before a sampled call (outside the
+    timed window) the candidate's next inputs are copied and the reference computes the expected output
+    from the copy, held until that call is compared. Right after a sampled call's end event, the device is
+    synchronized and the output compared. Outputs the reference returns from timed calls are overwritten
+    (NaN) once their end event is recorded, and the expected outputs' device memory before it is freed, so
+    a candidate handing back unwritten memory cannot find the reference's result in it.
     """
 
     def __init__(self, candidate: Rotation, reference_model: Any, device: Any, *, atol: float, rtol: float,
@@ -312,6 +330,9 @@ class TimedOutputCheck:
         self.checked: list[int] = []
         self.failures: list[dict[str, Any]] = []
         self.aliased: list[int] = []
+        # Per input content (Rotation.next_index): the expected outputs, their atols and whether the
+        # reference returned memory it was given; filled by prepare().
+        self.prepared: dict[int, tuple[list[Any], list[float], bool]] = {}
 
     def begin(self, trials: int) -> None:
         """A new timed window (a noisy timing is measured again: each window is sampled and checked)."""
@@ -321,32 +342,51 @@ class TimedOutputCheck:
         pool = range(max(trials - 1, 0))
         self.sample = set(rng.sample(pool, min(self.samples, len(pool)))) | {trials - 1}
 
-    def before(self, name: str) -> None:
-        if name != "candidate" or self.index not in self.sample:
-            return
+    def prepare(self) -> int:
+        """Before the timed window: where the reference leaves its inputs as they were, compute the expected
+        output of each input content the timed calls rotate over, once, and move it off the device. Returns
+        how many were computed (0: the reference changes its inputs, so each sampled call computes its own,
+        from a copy of that call's inputs)."""
+        if self.reference_mutates:
+            return 0
+        for index in range(self.candidate.contents()):
+            self.prepared[index] = self._expected_for(self.candidate.at(index), copy_inputs=False)
+        return len(self.prepared)
+
+    def _expected_for(self, inputs: list[Any], copy_inputs: bool) -> tuple[list[Any], list[float], bool]:
+        """The reference's output for `inputs` (reference numerics), its atols and whether it returned memory
+        of its inputs or parameters, the output moved off the device and its device memory poisoned."""
         import torch
 
         # A copy of the inputs where the reference changes its inputs in place, freed once it has run (else
         # it runs on the draw itself: no second copy of the inputs beside the two draws); the reference's
         # output is fresh memory that nothing touches until it is compared.
-        inputs = self.candidate.peek()
-        if self.reference_mutates:
+        if copy_inputs:
             inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         self.reference_numerics()
         try:
             with torch.no_grad():
-                self.expected = _flat(self.reference_model(*inputs))
+                expected = _flat(self.reference_model(*inputs))
         finally:
             self.timing_numerics()
-        self.reference_aliases = bool(_storages(self.expected) & (_storages(inputs) | self.protected))
+        aliases = bool(_storages(expected) & (_storages(inputs) | self.protected))
         del inputs
         # TF32 errors scale with the output: the scale is read here, while the output is on the device.
-        self.atol_for = [max(self.atol, TF32_TOLERANCE * largest_magnitude(e))
-                         if self.scale_atol and isinstance(e, torch.Tensor) and e.is_floating_point() and e.numel() > 0
-                         else self.atol for e in self.expected]
-        on_device, self.expected = self.expected, self.to_host(self.expected)  # off the device before the call
+        atol_for = [max(self.atol, TF32_TOLERANCE * largest_magnitude(e))
+                    if self.scale_atol and isinstance(e, torch.Tensor) and e.is_floating_point() and e.numel() > 0
+                    else self.atol for e in expected]
+        on_device, expected = expected, self.to_host(expected)  # off the device before any candidate call
         _poison(on_device, self.protected)  # freed now: a candidate handing back unwritten memory finds NaN
         del on_device
+        return expected, atol_for, aliases
+
+    def before(self, name: str) -> None:
+        if name != "candidate" or self.index not in self.sample:
+            return
+        prepared = self.prepared.get(self.candidate.next_index())
+        if prepared is None:
+            prepared = self._expected_for(self.candidate.peek(), copy_inputs=self.reference_mutates)
+        self.expected, self.atol_for, self.reference_aliases = prepared
 
     def after(self, name: str, out: Any) -> None:
 
@@ -358,7 +398,7 @@ class TimedOutputCheck:
         if self.expected is None:
             return
         self.sync()
-        expected, self.expected = self.expected, None
+        expected, self.expected = self.expected, None  # a prepared one stays in `prepared` for the next sample
         got = _flat(out)
         self.checked.append(index)
         reason = ""

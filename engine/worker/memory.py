@@ -370,11 +370,13 @@ def tight_bytes(footprint: int) -> int:
 
 def host_needed_bytes(input_bytes: int, output_bytes: int) -> int:
     """Host memory an evaluation holds beside the task's own: the copies that stand in for a second set on
-    the device. One output at a time (the side that ran first waits there; the outputs of a previous
-    call are fingerprints) and at most two input sets (a cache probe's next draw where it does not fit
-    beside the probed one, and a reference that changes its inputs in place gets them back from a
-    snapshot); the correctness trials copy no inputs at all (fingerprints, and draws made again)."""
-    return 2 * input_bytes + output_bytes
+    the device. Until timing, one output at a time (the side that ran first waits there; the outputs of a
+    previous call are fingerprints) and at most two input sets (a cache probe's next draw where it does
+    not fit beside the probed one, and a reference that changes its inputs in place gets them back from a
+    snapshot); the correctness trials copy no inputs at all (fingerprints, and draws made again). During
+    timing, no inputs and the timed check's two expected outputs (one per input content the timed calls
+    rotate over: integrity/runtime.py TimedOutputCheck.prepare)."""
+    return max(2 * input_bytes + output_bytes, 2 * output_bytes)
 
 
 def host_available_bytes() -> int | None:

@@ -575,6 +575,8 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
         except Exception as exc:
             compiled_note = f"torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}"
         phase("timing")
+    with sub_phase("expected"):  # the timed check's expected outputs, side by side, before the window
+        output_check.prepare()
     gpu_share.write(job.gpu_lock_path)  # the timed window holds the GPU alone (readers drained and synced)
     pin = ThreadPin(torch.get_num_threads()) if device.type == "cpu" else None  # both sides, every call
     prepare = runtime_checks.RotationPrepare(fns)  # a flip happens here, outside the timed window

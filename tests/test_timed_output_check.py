@@ -1,0 +1,107 @@
+"""The timed-output check (integrity/runtime.py TimedOutputCheck) driven as Timer.event_times drives it, on
+the CPU device: the expected outputs of the two input contents are computed once before the timed window
+where the reference leaves its inputs alone, per sampled call where it changes them; either way a timed
+call that returns the other content's output, or a stale one, fails."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from cudaforge.engine.integrity.runtime import FlippingDraw, Rotation, TimedOutputCheck
+from cudaforge.engine.worker import memory
+from cudaforge.engine.worker.compare import compare_output
+
+
+class CountingScale(torch.nn.Module):
+    """y = 2x, counting its calls; with `mutates`, it also adds one to its input in place."""
+
+    def __init__(self, mutates: bool = False) -> None:
+        super().__init__()
+        self.calls = 0
+        self.mutates = mutates
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        y = x * 2
+        if self.mutates:
+            x.add_(1)
+        return y
+
+
+class StaleAfter(torch.nn.Module):
+    """Right for its first `honest` calls, then returns its first output again."""
+
+    def __init__(self, honest: int) -> None:
+        super().__init__()
+        self.calls, self.honest, self.first = 0, honest, None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        y = x * 2
+        if self.first is None:
+            self.first = y.clone()
+        return y if self.calls <= self.honest else self.first
+
+
+def _check(candidate: Rotation, reference: torch.nn.Module, mutates: bool) -> TimedOutputCheck:
+    return TimedOutputCheck(candidate, reference, torch.device("cpu"), atol=1e-5, rtol=1e-5, compare=compare_output,
+                            protected=set(), sync=lambda: None, numerics=(lambda: None, lambda: None),
+                            samples=3, to_host=memory.host_copy, reference_mutates=mutates)
+
+
+def _timed_window(check: TimedOutputCheck, candidate: Rotation, trials: int) -> None:
+    """What Timer.event_times does with its hooks around the candidate's timed calls."""
+    check.begin(trials)
+    for _ in range(trials):
+        check.before("candidate")
+        out: Any = candidate()
+        check.after("candidate", out)
+
+
+def test_the_expected_outputs_are_computed_once_per_input_content_before_the_window() -> None:
+    draws = [[torch.randn(64)], [torch.randn(64)]]
+    reference = CountingScale()
+    candidate = Rotation(CountingScale(), draws)
+    check = _check(candidate, reference, mutates=False)
+    assert check.prepare() == 2 and reference.calls == 2
+    for _ in range(3):  # a noisy timing is measured again: the same expected outputs serve every window
+        _timed_window(check, candidate, trials=20)
+    assert reference.calls == 2, "no reference call inside the timed windows"
+    assert len(check.checked) == 3 * 4 and check.findings() == []
+    assert torch.equal(check.prepared[0][0][0], draws[0][0] * 2) and torch.equal(check.prepared[1][0][0], draws[1][0] * 2)
+
+
+def test_a_flipping_draw_gets_the_expected_output_of_the_content_each_call_gets() -> None:
+    x = torch.arange(64, dtype=torch.float32)
+    draw = FlippingDraw([x])
+    reference = CountingScale()
+    candidate = Rotation(CountingScale(), draw)
+    check = _check(candidate, reference, mutates=False)
+    assert check.prepare() == 2
+    assert torch.equal(check.prepared[0][0][0], torch.arange(64.0) * 2)
+    assert torch.equal(check.prepared[1][0][0], torch.arange(64.0).flip(0) * 2)
+    for _ in range(2):
+        _timed_window(check, candidate, trials=15)  # the candidate's Rotation flips the draw itself
+    assert check.findings() == [] and len(check.checked) == 8
+
+
+def test_a_reference_that_changes_its_inputs_computes_each_sampled_calls_own() -> None:
+    draws = [[torch.randn(64)], [torch.randn(64)]]
+    reference = CountingScale(mutates=True)
+    candidate = Rotation(CountingScale(mutates=True), draws)
+    check = _check(candidate, reference, mutates=True)
+    assert check.prepare() == 0 and reference.calls == 0
+    _timed_window(check, candidate, trials=20)
+    # One reference call per sampled call, on a copy of that call's inputs (the draws change call by call).
+    assert reference.calls == 4 and check.findings() == []
+
+
+def test_a_stale_timed_output_fails_with_the_prepared_outputs() -> None:
+    draws = [[torch.randn(64)], [torch.randn(64)]]
+    check = _check(candidate := Rotation(StaleAfter(honest=5), draws), CountingScale(), mutates=False)
+    check.prepare()
+    _timed_window(check, candidate, trials=30)
+    (finding,) = check.findings()
+    assert finding.name == "timing_output_mismatch" and check.failures, check.failures
+    assert 29 in [f["call"] for f in check.failures]  # the last timed call is always checked
