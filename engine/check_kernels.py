@@ -252,16 +252,7 @@ def _load(device_index: int) -> _Loaded | None:
             binary, _ = nvrtc._compile(_SOURCE, _NAMES[0], (), f"{major}{minor}")  # one module, all four
         finally:
             nvrtc.CACHE_STATS.update(stats)
-        functions = {}
-        with torch.cuda.device(device_index):
-            torch.zeros(1, device=f"cuda:{device_index}")  # the primary context is current
-            module = ctypes.c_void_p()
-            nvrtc._check(nvrtc._driver().cuModuleLoadData(ctypes.byref(module), binary), "loading the check kernels")
-            for name in _NAMES:  # extern "C": the names are not mangled
-                function = ctypes.c_void_p()
-                nvrtc._check(nvrtc._driver().cuModuleGetFunction(ctypes.byref(function), module, name.encode()),
-                             f"finding {name}")
-                functions[name] = function
+        _, functions = nvrtc.load_module(binary, _NAMES, device_index, "the check kernels")  # extern "C" names
         sms = torch.cuda.get_device_properties(device_index).multi_processor_count
         loaded = _Loaded(functions=functions, blocks=max(1, 4 * sms))
     except Exception as exc:  # no NVRTC, no driver, a compile error: the PyTorch forms do the work

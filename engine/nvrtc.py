@@ -380,14 +380,24 @@ def load_kernel(source: str, name: str, *, options: Sequence[str] = (), device: 
     major, minor = torch.cuda.get_device_capability(index)
     # No lock: a concurrent compile of the same kernel only duplicates work (cache writes are atomic).
     binary, mangled = _compile(source, name, tuple(options), f"{major}{minor}")
+    module, functions = load_module(binary, [mangled], index, f"module of {name}")
+    return Kernel(name=name.split("<", 1)[0], function=functions[mangled], module=module,
+                  param_types=parse_signature(source, name))
+
+
+def load_module(binary: bytes, names: Sequence[str], device: int, what: str) \
+        -> tuple[ctypes.c_void_p, dict[str, ctypes.c_void_p]]:
+    """Load a compiled module on `device`'s primary context and find each of `names` (mangled, or extern "C")
+    in it: (the module, name -> function). `what` names the module in errors."""
     torch.cuda.init()
-    with torch.cuda.device(index):
-        torch.zeros(1, device=f"cuda:{index}")  # make sure the primary context is current
+    functions: dict[str, ctypes.c_void_p] = {}
+    with torch.cuda.device(device):
+        torch.zeros(1, device=f"cuda:{device}")  # make sure the primary context is current
         module = ctypes.c_void_p()
-        _check(_driver().cuModuleLoadData(ctypes.byref(module), binary), f"loading module of {name}")
-        function = ctypes.c_void_p()
-        _check(
-            _driver().cuModuleGetFunction(ctypes.byref(function), module, mangled.encode()),
-            f"finding {name} in its module",
-        )
-    return Kernel(name=name.split("<", 1)[0], function=function, module=module, param_types=parse_signature(source, name))
+        _check(_driver().cuModuleLoadData(ctypes.byref(module), binary), f"loading {what}")
+        for name in names:
+            function = ctypes.c_void_p()
+            _check(_driver().cuModuleGetFunction(ctypes.byref(function), module, name.encode()),
+                   f"finding {name} in {what}")
+            functions[name] = function
+    return module, functions
