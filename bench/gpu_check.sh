@@ -53,7 +53,8 @@ sweep-level2|9|gpu,kernelbench|The same for level 2
 sweep-level3|9|gpu,kernelbench|The same for level 3
 batch|8|gpu,kernelbench,wheels|Do 4 sessions at once over the ten largest level-1 problems stay out of oom under the cap: bench/batch_largest.py
 tui|4|gpu,wheels|Does the workbench run a review session on the GPU, and how fast do keys render: bench/workbench_session.py
-sol|4|gpu|How far is each result from the speed of light: bench/speed_of_light.py (skipped where absent)"
+sol|4|gpu|How far is each result from the speed of light: bench/speed_of_light.py (skipped where absent)
+host-copy|1|gpu|How fast is a 2 GiB device-to-host copy into new memory and into a reused buffer: bench/host_copy_bench.py"
 
 list_steps() {
     printf '%-16s %-4s %-24s %s\n' step min needs "question"
@@ -202,6 +203,9 @@ step() {
                 ${SOL_NO_EXAMPLES:+--no-examples} --parallel "$JOBS" --json "$OUT/speed_of_light.json" \
                 --rows "$OUT/sol.rows.jsonl"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/sol.log")" ;;
+        host-copy)
+            run host_copy.log "$STEP_LIMIT" "$PY" bench/host_copy_bench.py --gib 2 --json "$OUT/host_copy.json"; rc=$?
+            printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/host_copy.log")" ;;
     esac
 }
 

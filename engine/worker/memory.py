@@ -578,6 +578,10 @@ def release(full: bool = False) -> None:
         gc.collect() if full else gc.collect(1)
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
+        if full:
+            from cudaforge.engine.worker.host_buffers import POOL
+
+            POOL.trim()
 
 
 def held_bytes() -> int:
@@ -599,8 +603,9 @@ PINNED_MAX_BYTES = 256 << 20
 
 
 def host_copy(values: list[Any], wait: bool = True) -> list[Any]:
-    """Host copies of the tensors among `values` (others as they are): pinned on CUDA, so a compare or a
-    restore moves them back slice by slice at full bandwidth; plain clones on the CPU device. What the
+    """Host copies of the tensors among `values` (others as they are): on CUDA pinned up to
+    PINNED_MAX_BYTES, so a compare or a restore moves them back slice by slice at full bandwidth, larger
+    ones in host buffers reused from earlier copies (host_buffers.py); plain clones on the CPU device. What the
     device then holds is one set of inputs and one of outputs; the copies wait on the host.
 
     `wait=False` leaves the copies queued on the current stream (the caller synchronizes before it reads
@@ -623,6 +628,10 @@ def host_copy(values: list[Any], wait: bool = True) -> list[Any]:
         if v.numel() * v.element_size() <= PINNED_MAX_BYTES:
             with contextlib.suppress(RuntimeError):  # pinned memory is a limited resource: pageable works
                 h = torch.empty_like(v, device="cpu", pin_memory=True)
+        else:  # pageable: memory an earlier copy wrote (its pages are in place), kept within the host estimate
+            from cudaforge.engine.worker.host_buffers import POOL
+
+            h = POOL.empty_like(v)
         if h is None:
             h = torch.empty_like(v, device="cpu")
         h.copy_(v, non_blocking=True)
@@ -679,6 +688,9 @@ def check_task(job: EvalJob, task: Any, init: list[Any], device: Any, float_dtyp
     mem["host_needed_bytes"] = host_needed_bytes(fp["input_bytes"], fp["output_bytes"])
     if getattr(device, "type", "cpu") != "cuda":
         return
+    from cudaforge.engine.worker.host_buffers import POOL
+
+    POOL.budget = int(mem["host_needed_bytes"])  # host_copy's reused buffers stay within the host estimate
     host_free = host_available_bytes()
     if host_free is not None and mem["host_needed_bytes"] > host_free:
         mem.update(fits=False, message=host_message(task_name(job.task_path), mem["host_needed_bytes"], host_free))

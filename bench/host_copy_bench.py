@@ -1,0 +1,100 @@
+"""What a large copy to the host costs into new memory, and into a buffer an earlier copy wrote
+(engine/worker/host_buffers.py): the fixed cost the reused buffers remove, and the bench that would
+show it coming back.
+
+On CUDA, device-to-host through the worker's own memory.host_copy, with the pool off (every copy in new
+pageable memory, as before) and on. On the CPU device, host-to-host copies into new memory and into a
+reused buffer (the same page-fault cost, without a GPU).
+
+    python bench/host_copy_bench.py                     # 1 GiB, 4 copies each way, on CUDA when there is one
+    python bench/host_copy_bench.py --gib 4 --device cpu --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+GIB = 1 << 30
+
+
+def _cuda_rates(nbytes: int, copies: int) -> dict[str, list[float]]:
+    import torch
+    from cudaforge.engine.worker import memory
+    from cudaforge.engine.worker.host_buffers import POOL
+
+    source = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
+    torch.cuda.synchronize()
+    rates: dict[str, list[float]] = {}
+    for label, budget in (("new memory", 0), ("reused buffer", 2 * nbytes)):
+        POOL.budget = budget
+        POOL.trim()
+        rates[label] = []
+        for _ in range(copies):
+            start = time.perf_counter()
+            (host,) = memory.host_copy([source])  # waits for the copy
+            rates[label].append(nbytes / GIB / (time.perf_counter() - start))
+            del host  # as a correctness trial drops its expected output before the next
+    POOL.budget = 0
+    POOL.trim()
+    return rates
+
+
+def _cpu_rates(nbytes: int, copies: int) -> dict[str, list[float]]:
+    import torch
+    from cudaforge.engine.worker.host_buffers import HostBuffers
+
+    source = torch.empty(nbytes, dtype=torch.uint8).random_()
+    rates: dict[str, list[float]] = {"new memory": [], "reused buffer": []}
+    for _ in range(copies):
+        start = time.perf_counter()
+        fresh = torch.empty_like(source)
+        fresh.copy_(source)
+        rates["new memory"].append(nbytes / GIB / (time.perf_counter() - start))
+        del fresh
+    pool = HostBuffers(budget=2 * nbytes)
+    for _ in range(copies):
+        start = time.perf_counter()
+        kept = pool.empty_like(source)
+        assert kept is not None
+        kept.copy_(source)
+        rates["reused buffer"].append(nbytes / GIB / (time.perf_counter() - start))
+        del kept
+    return rates
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gib", type=float, default=1.0, help="size of each copy in GiB (1)")
+    ap.add_argument("--copies", type=int, default=4, help="copies each way (4; the first reused one makes the buffer)")
+    ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    ap.add_argument("--json", help="write the rates here")
+    args = ap.parse_args(argv)
+    import torch
+
+    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    nbytes = int(args.gib * GIB) // 4 * 4
+    rates = (_cuda_rates if device == "cuda" else _cpu_rates)(nbytes, args.copies)
+    where = "device to host, memory.host_copy" if device == "cuda" else "host to host"
+    print(f"{args.gib:g} GiB copies, {where} ({device}), GiB/s per copy:")
+    print("| into | " + " | ".join(f"copy {i + 1}" for i in range(args.copies)) + " | median of copies 2+ |")
+    print("| --- |" + " --- |" * (args.copies + 1))
+    summary: dict[str, Any] = {"device": device, "gib": args.gib, "rates_gib_s": rates}
+    for label, values in rates.items():
+        later = statistics.median(values[1:]) if len(values) > 1 else values[0]
+        summary[f"median_{label.replace(' ', '_')}"] = round(later, 3)
+        print(f"| {label} | " + " | ".join(f"{v:.2f}" for v in values) + f" | {later:.2f} |")
+    new, reused = summary["median_new_memory"], summary["median_reused_buffer"]
+    print(f"reused buffers: {reused / new:.2f}x the rate of new memory (copies 2+)")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(summary, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Host buffers reused for the large copies that wait on the host (memory.host_copy on CUDA, over
+memory.PINNED_MAX_BYTES).
+
+Each such copy used to land in new host memory. New memory is new pages, and the first write into
+each page faults and zeroes it, so a copy into new memory runs at the kernel's page-fault rate
+rather than at copy bandwidth. On this project's CPU machine a 1 GiB copy into new memory ran at
+1.7-1.9 GiB/s and into memory written before at 4-14 GiB/s (bench/host_copy_bench.py). On the H200
+machine level1/41's four correctness trials spent 9.6 s on their host copies (the reference's and the
+candidate's 3 GiB outputs, each trial), about 2.5 GB/s. The same evaluation makes the same copies
+trial after trial, so a buffer kept from one copy serves the next.
+
+A buffer is free when no tensor refers to its memory any more (the storage's use count is back to
+what the pool alone holds), so a caller keeps a copy, or a view of it, as long as it likes. What the
+pool keeps stays within a budget, the evaluation's host estimate (memory.host_needed_bytes): free
+buffers are dropped before a new one would take the pool over it, and all of them by `trim()`. The
+pool lives and dies with the worker process, which makes one evaluation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# A free buffer serves a copy up to this much smaller than itself (the rest of it is idle meanwhile).
+SLACK_FRACTION = 0.25
+
+
+@dataclass
+class _Buffer:
+    base: Any  # a 1-D uint8 host tensor
+    idle_count: int  # its storage's use count when nothing but the pool holds it
+
+
+@dataclass
+class HostBuffers:
+    """The pool (one per worker process: `POOL`). `budget` 0 keeps nothing: every copy takes new memory."""
+
+    budget: int = 0
+    buffers: list[_Buffer] = field(default_factory=list)
+    reused: int = 0  # copies served from a kept buffer (for tests and the memory notes)
+    made: int = 0
+
+    def retained_bytes(self) -> int:
+        return sum(int(b.base.numel()) for b in self.buffers)
+
+    def empty_like(self, value: Any) -> Any | None:
+        """An uninitialised host tensor with `value`'s shape and dtype over a kept or new buffer, or None
+        where the pool does not serve it (no budget, a layout other than contiguous, no use counts)."""
+        import torch
+
+        if self.budget <= 0 or not value.is_contiguous() or value.numel() == 0 or _use_count() is None:
+            return None
+        nbytes = int(value.numel()) * int(value.element_size())
+        buffer = self._free_fit(nbytes)
+        if buffer is None:
+            self._drop_free(keep_within=self.budget - nbytes)
+            buffer = _Buffer(base=torch.empty(nbytes, dtype=torch.uint8), idle_count=0)
+            buffer.idle_count = _count(buffer.base)
+            self.buffers.append(buffer)
+            self.made += 1
+        else:
+            self.reused += 1
+        return buffer.base[:nbytes].view(value.dtype).view(value.shape)
+
+    def trim(self) -> None:
+        """Drop every free buffer (a step that needs them no more, the worker letting the GPU go)."""
+        self._drop_free(keep_within=0)
+
+    def _free_fit(self, nbytes: int) -> _Buffer | None:
+        fits = [b for b in self.buffers
+                if nbytes <= b.base.numel() <= nbytes * (1 + SLACK_FRACTION) and self._is_free(b)]
+        return min(fits, key=lambda b: int(b.base.numel())) if fits else None
+
+    def _drop_free(self, keep_within: int) -> None:
+        """Drop free buffers, largest first, until what the pool keeps is within `keep_within` bytes."""
+        for b in sorted(self.buffers, key=lambda b: -int(b.base.numel())):
+            if self.retained_bytes() <= max(0, keep_within):
+                return
+            if self._is_free(b):
+                self.buffers.remove(b)
+
+    @staticmethod
+    def _is_free(b: _Buffer) -> bool:
+        return _count(b.base) == b.idle_count
+
+
+_READER: list[Any] = []
+
+
+def _use_count() -> Any:
+    """torch's storage use-count reader (torch._C._storage_Use_Count, in every torch this project supports),
+    or None where this torch has none: then the pool serves nothing. Looked up once, torch imported lazily."""
+    if not _READER:
+        import torch
+
+        _READER.append(getattr(torch._C, "_storage_Use_Count", None))
+    return _READER[0]
+
+
+def _count(t: Any) -> int:
+    """How many holders the storage under `t` has (the reading's own temporary included, every time)."""
+    return int(_use_count()(t.untyped_storage()._cdata))
+
+
+POOL = HostBuffers()

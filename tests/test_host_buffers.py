@@ -1,0 +1,103 @@
+"""Host buffers reused for the large copies that wait on the host (engine/worker/host_buffers.py): a buffer
+serves the next copy only once nothing refers to the last one, views included, and the pool keeps no more
+than its budget (the evaluation's host estimate)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from cudaforge.engine.worker.host_buffers import HostBuffers
+
+MIB = 1 << 20
+
+
+def _copy(pool: HostBuffers, value: torch.Tensor) -> torch.Tensor:
+    h = pool.empty_like(value)
+    assert h is not None
+    h.copy_(value)
+    return h
+
+
+def test_a_dropped_copy_lends_its_memory_to_the_next_and_a_kept_one_does_not() -> None:
+    pool = HostBuffers(budget=64 * MIB)
+    value = torch.randn(1024, 1024)  # 4 MiB
+    first = _copy(pool, value)
+    assert torch.equal(first, value) and pool.made == 1
+    second = _copy(pool, value * 2)  # the first is still held: new memory
+    assert pool.made == 2 and first.data_ptr() != second.data_ptr() and torch.equal(first, value)
+    kept_ptr = first.data_ptr()
+    del first
+    third = _copy(pool, value * 3)
+    assert pool.reused == 1 and third.data_ptr() == kept_ptr and torch.equal(third, value * 3)
+    assert torch.equal(second, value * 2)  # untouched by the reuse
+
+
+def test_a_view_of_a_copy_keeps_its_buffer_busy() -> None:
+    pool = HostBuffers(budget=64 * MIB)
+    value = torch.randn(512, 1024)
+    copy = _copy(pool, value)
+    rows = copy[100:200]  # e.g. a compare's slice
+    del copy
+    other = _copy(pool, torch.zeros(512, 1024))
+    assert pool.reused == 0 and torch.equal(rows, value[100:200]) and other.abs().sum() == 0
+    del rows
+    _copy(pool, value)
+    assert pool.reused == 1
+
+
+def test_shape_and_dtype_of_the_value_over_a_close_fit() -> None:
+    pool = HostBuffers(budget=64 * MIB)
+    big = _copy(pool, torch.randn(1000, 1000))  # 4,000,000 bytes
+    del big
+    half = pool.empty_like(torch.zeros(1900, 1000, dtype=torch.float16))  # 3,800,000 bytes: within 25%
+    assert half is not None and pool.reused == 1 and half.shape == (1900, 1000) and half.dtype == torch.float16
+    del half
+    small = pool.empty_like(torch.zeros(1000, dtype=torch.int64))  # far smaller: its own buffer
+    assert small is not None and pool.made == 2 and pool.reused == 1
+
+
+def test_the_pool_keeps_within_its_budget_and_trim_drops_what_is_free() -> None:
+    pool = HostBuffers(budget=10 * MIB)
+    a = _copy(pool, torch.randn(MIB // 4 * 4))  # 4 MiB
+    b = _copy(pool, torch.randn(MIB // 4 * 4))
+    del a, b
+    assert pool.retained_bytes() == 8 * MIB
+    c = _copy(pool, torch.randn(MIB // 2 * 3))  # 6 MiB: no fit among the free; keeping all would be 14 MiB
+    assert pool.retained_bytes() <= 10 * MIB, pool.retained_bytes()
+    pool.trim()
+    assert pool.retained_bytes() == 6 * MIB  # only the one still in use
+    del c
+    pool.trim()
+    assert pool.retained_bytes() == 0
+
+
+def test_no_budget_or_a_layout_other_than_contiguous_is_not_served() -> None:
+    assert HostBuffers(budget=0).empty_like(torch.randn(16, 16)) is None
+    pool = HostBuffers(budget=64 * MIB)
+    assert pool.empty_like(torch.randn(16, 16).t()) is None
+    assert pool.empty_like(torch.empty(0)) is None
+
+
+@pytest.mark.gpu
+def test_host_copy_on_cuda_reuses_the_buffer_of_a_dropped_copy() -> None:
+    """memory.host_copy over PINNED_MAX_BYTES on a GPU: the second copy lands in the first one's buffer,
+    with the second tensor's values, while a copy still held keeps its own."""
+    from cudaforge.engine.worker import memory
+    from cudaforge.engine.worker.host_buffers import POOL
+
+    n = (memory.PINNED_MAX_BYTES + 64 * MIB) // 4
+    a = torch.arange(n, dtype=torch.float32, device="cuda")
+    budget, POOL.budget = POOL.budget, 4 * n * 4
+    try:
+        POOL.trim()
+        (first,) = memory.host_copy([a])
+        ptr, made = first.data_ptr(), POOL.made
+        assert torch.equal(first, a.cpu())
+        del first
+        (second,) = memory.host_copy([a * 2])
+        assert second.data_ptr() == ptr and POOL.made == made and torch.equal(second, (a * 2).cpu())
+        (third,) = memory.host_copy([a * 3])  # the second is held: a buffer of its own
+        assert third.data_ptr() != ptr and torch.equal(second, (a * 2).cpu()) and torch.equal(third, (a * 3).cpu())
+    finally:
+        POOL.budget = budget
+        POOL.trim()
