@@ -163,3 +163,37 @@ def reset_launches(recorder: Any) -> None:
     triton_launches = sys.modules.get("cudaforge.engine.worker.triton_support")
     if triton_launches is not None:
         triton_launches.LAUNCH_COUNTS.clear()
+
+
+def device_profile() -> Any:
+    """A profiler session that records the device's activities only (CUPTI, through Kineto): the kernel
+    check and the CUPTI busy-time timer. It is torch.autograd.profiler's session, which is what
+    torch.profiler.profile(activities=[CUDA]) opens, without that wrapper, whose start asks
+    `hasattr(torch, "_inductor")` and so imports torch._inductor and torch._dynamo (1.7 s on this project's
+    CPU machine) for a setting that only matters to compiled graphs. Its records: `key_averages()`,
+    `profile_events(prof)`, `kineto_results(prof)`."""
+    from torch.autograd import profiler
+
+    return profiler.profile(use_cpu=False, use_device="cuda", use_kineto=True)
+
+
+def host_profile() -> Any:
+    """A profiler session of the host's operators with their input shapes (the CPU device's fallback
+    check), likewise without torch.profiler's imports."""
+    from torch.autograd import profiler
+
+    return profiler.profile(use_cpu=True, record_shapes=True, use_kineto=True)
+
+
+def kineto_results(prof: Any) -> Any:
+    """The raw Kineto results of a finished session (None when there are none): kept by the session itself
+    (device_profile) or, under torch.profiler.profile, by its `profiler`."""
+    results = getattr(prof, "kineto_results", None)
+    if results is None:
+        results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    return results
+
+
+def profile_events(prof: Any) -> Any:
+    """The function events of a finished session (host_profile's operators with their shapes)."""
+    return prof.events() if hasattr(prof, "events") else prof.function_events

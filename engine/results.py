@@ -235,6 +235,20 @@ class SpeedOfLight:
 
 
 @dataclass(frozen=True)
+class TaskCounts:
+    """What the app counted of a task on the meta device, once, in a subprocess (memory.footprint_main), at
+    one precision: the footprint record (memory.meta_footprint's bytes per part, `footprint_bytes`,
+    `reason`) and the reference call's work (speed_of_light.count_work: bytes and FLOPs; None where it
+    could not be counted there). A job that carries them spares its worker both counts, whose dispatch
+    modes import torch._dynamo (seconds of a worker's start, a spare's warm-up included); the counts depend
+    on the task's shapes, never on its draws."""
+
+    precision: str
+    footprint: dict[str, Any]
+    work: SpeedOfLight | None = None
+
+
+@dataclass(frozen=True)
 class EvalResult:
     outcome: Outcome
     accepted: bool

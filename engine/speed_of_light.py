@@ -96,6 +96,13 @@ def _flatten(out: Any) -> list[Any]:
     return [out]
 
 
+def read_bytes(model: Any, inputs: Sequence[Any]) -> tuple[int, int]:
+    """(input bytes, parameter and buffer bytes) of one reference call, as count_work counts them: also what
+    says whether a count made elsewhere (the app's, on the meta device) is of these inputs and parameters."""
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    return _tensor_bytes(inputs), _tensor_bytes(state.values())
+
+
 def count_work(model: Any, inputs: Sequence[Any], *, real_output_bytes: Callable[[], int] | None = None,
                quiet_meta: Any = None) -> SpeedOfLight:
     """Bytes and FLOPs of one reference call, counted on the meta device (no memory, no compute): the
@@ -108,9 +115,8 @@ def count_work(model: Any, inputs: Sequence[Any], *, real_output_bytes: Callable
     from torch.func import functional_call
     from torch.utils.flop_counter import FlopCounterMode
 
-    input_bytes = _tensor_bytes(inputs)
+    input_bytes, param_bytes = read_bytes(model, inputs)
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-    param_bytes = _tensor_bytes(state.values())
 
     def meta(t: Any) -> Any:
         return torch.empty_like(t, device="meta") if isinstance(t, torch.Tensor) else t

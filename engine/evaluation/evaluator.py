@@ -34,7 +34,7 @@ from cudaforge.engine.evaluation.sandbox import (
 from cudaforge.engine.evaluation.spare import DEFAULT_IDLE_S, Spare, SparePool, start_spare
 from cudaforge.engine.gpu.lock import foreign_gpu_processes, gpu_lock_path
 from cudaforge.engine.integrity.registry import apply_policy, finding
-from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult, Finding, Peaks, WorkerExit
+from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult, Finding, Peaks, TaskCounts, WorkerExit
 from cudaforge.engine.task import Task
 from cudaforge.engine.worker.job import EvalJob, Mode, WorkerReport
 
@@ -186,6 +186,9 @@ class Evaluator:
         self.keep_workdirs = keep_workdirs
         self._pool = SparePool()
         self._footprints: dict[str, int] = {}  # a task's sha256 -> the footprint its evaluation counted
+        # (a task's sha256, precision) -> what the app counted of it once (use_task_counts), for every job
+        self._task_counts: dict[tuple[str, str], TaskCounts] = {}
+        self._spares_count = True  # whether a spare's warm-up loads what counting a task in the worker needs
         # Once a caller has asked for a spare, a new one is started as soon as one takes its job (not
         # after the evaluation): its process start and imports overlap the evaluation, and only the
         # GPU part of its warm-up waits for the lock (after the jobs: engine/gpu/turns.py).
@@ -212,7 +215,7 @@ class Evaluator:
             key=self._spare_key(), prefix=(), python=o.python, device=o.device, gpu=o.gpu, env=self.worker_env(),
             phase_limits=o.phase_limits(), default_limit_s=o.load_s,
             output_limit_bytes=o.output_limit_bytes, open_files=o.open_files,
-            warm_limit_s=o.load_s, idle_limit_s=o.spare_idle_s, label="spare")
+            warm_limit_s=o.load_s, idle_limit_s=o.spare_idle_s, label="spare", warm_counting=self._spares_count)
 
     def prewarm(self) -> bool:
         """Keep `options.spare_depth` spare workers warming or waiting (dead ones and ones started for other
@@ -313,7 +316,22 @@ class Evaluator:
             result_path=str(workdir / "result.json"),
             progress_path=str(progress_file(workdir)),
             footprint_bytes=self._footprints.get(task.sha256) if mode == "profile" else None,
+            task_counts=self._task_counts.get((task.sha256, o.precision)),
         )
+
+    def use_task_counts(self, task: Task, counts: TaskCounts) -> None:
+        """Hand `counts` (fit.task_counts: the task's footprint and work, counted once by the app) to every later
+        job of `task`, so no worker counts them again, and start later spares without what counting needs:
+        the meta-device counts' dispatch modes import torch._dynamo, seconds of a spare's warm-up (a job
+        without counts then pays that import itself)."""
+        self._task_counts[(task.sha256, counts.precision)] = counts
+        self._spares_count = False
+
+    @property
+    def spares_count_tasks(self) -> bool:
+        """Whether spares started now load what counting a task in the worker needs (False once the app's
+        counts come with the jobs: use_task_counts)."""
+        return self._spares_count
 
     def worker_env(self) -> dict[str, str]:
         env = dict(os.environ)

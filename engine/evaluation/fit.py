@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cudaforge.engine.results import SpeedOfLight, TaskCounts, from_dict
 from cudaforge.engine.worker.memory import (
     cap_bytes,
     estimate_bytes,
@@ -37,6 +38,7 @@ class FitCheck:
     free_bytes: int | None
     cap_bytes: int | None
     message: str = ""  # the one line said when it does not fit
+    counts: TaskCounts | None = None  # what the footprint check counted, for the workers (Evaluator.use_task_counts)
 
 
 def card_free_bytes(gpu: int) -> int | None:
@@ -74,6 +76,7 @@ async def check_task_fit(task_path: str | Path, options: Any, *, shown_path: str
     fp = await task_footprint(task_path, python=options.python, seed=seed, precision=options.precision)
     if "footprint_bytes" not in fp:
         return None
+    counts = task_counts(fp, options.precision)
     free = await asyncio.to_thread(card_free_bytes, options.gpu)
     cap = cap_bytes(getattr(options, "gpu_memory_gb", None))
     if free is None and cap is None:
@@ -87,4 +90,15 @@ async def check_task_fit(task_path: str | Path, options: Any, *, shown_path: str
     if ok and host_free is not None and host_need > host_free:
         ok, message = False, host_message(task_name(str(shown_path or task_path)), host_need, host_free)
     return FitCheck(fits=ok, footprint_bytes=footprint, needed_bytes=estimate_bytes(footprint, cap), free_bytes=free,
-                    cap_bytes=cap, message=message)
+                    cap_bytes=cap, message=message, counts=counts)
+
+
+def task_counts(fp: dict[str, Any], precision: str) -> TaskCounts | None:
+    """The counts a footprint check printed (footprint_main), as the workers take them; None without a
+    complete footprint."""
+    if "footprint_bytes" not in fp or "error" in fp:
+        return None
+    work = fp.get("work")
+    footprint = {k: v for k, v in fp.items() if k != "work"}
+    return TaskCounts(precision=precision, footprint=footprint,
+                      work=from_dict(SpeedOfLight, work) if isinstance(work, dict) else None)

@@ -82,7 +82,8 @@ class Profiler:
                 key=key, prefix=prefix, python=o.python, device=o.device, gpu=o.gpu, env=self.evaluator.worker_env(),
                 phase_limits=self._limits(), default_limit_s=float(self.settings.timeout_s),
                 output_limit_bytes=o.output_limit_bytes, open_files=o.open_files,
-                warm_limit_s=float(self.settings.timeout_s), idle_limit_s=o.spare_idle_s, label="profile-spare")
+                warm_limit_s=float(self.settings.timeout_s), idle_limit_s=o.spare_idle_s, label="profile-spare",
+                warm_counting=getattr(self.evaluator, "spares_count_tasks", True))
 
         self._pool.fill(key, o.spare_depth, start)
         return True

@@ -97,8 +97,9 @@ class Spare:
 def start_spare(*, key: str, prefix: Sequence[str], python: str, device: str, gpu: int, env: Mapping[str, str],
                 phase_limits: Mapping[str, float], default_limit_s: float, output_limit_bytes: int,
                 open_files: int, warm_limit_s: float, idle_limit_s: float = DEFAULT_IDLE_S,
-                label: str = "spare") -> Spare:
-    """Start a spare now and return at once (it warms up in the background)."""
+                label: str = "spare", warm_counting: bool = True) -> Spare:
+    """Start a spare now and return at once (it warms up in the background). `warm_counting`: its warm-up
+    also loads what counting a task in the worker needs (torch._dynamo), for jobs that bring no TaskCounts."""
     workdir = Path(tempfile.mkdtemp(prefix=f"cudaforge-{label}-"))
     argv = [*prefix, python, "-m", "cudaforge.engine.worker", "--spare", str(workdir), device, str(gpu)]
     if device == "cuda":
@@ -107,6 +108,8 @@ def start_spare(*, key: str, prefix: Sequence[str], python: str, device: str, gp
         argv += ["--lock", str(gpu_lock_path(gpu))]
         if not prefix:
             argv.append("--cupti")  # start CUPTI for the kernel check; never under ncu (one subscriber)
+    if not warm_counting:
+        argv.append("--no-counting")
     limits = {**dict(phase_limits), "warm": float(warm_limit_s), "idle": float(idle_limit_s)}
     handle = start_sandboxed(argv, workdir=workdir / "sandbox", env=env, phase_limits=limits,
                              default_limit_s=default_limit_s, output_limit_bytes=output_limit_bytes,

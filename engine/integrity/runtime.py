@@ -29,7 +29,14 @@ from typing import Any
 
 from cudaforge.engine import check_kernels
 from cudaforge.engine.integrity.registry import finding
-from cudaforge.engine.observe import EXT_RANGE, custom_launches, slice_elements
+from cudaforge.engine.observe import (
+    EXT_RANGE,
+    custom_launches,
+    device_profile,
+    host_profile,
+    profile_events,
+    slice_elements,
+)
 from cudaforge.engine.results import Finding, KernelLaunch
 
 # ------------------------------------------------------------------ pytorch_fallback
@@ -71,7 +78,7 @@ def fallback_rule(reference: Mapping[str, tuple[int, float]], library: Mapping[s
 
 
 def cuda_kernel_totals(prof: Any) -> dict[str, tuple[int, float]]:
-    """name -> (launches, device µs) of the CUDA kernels in a torch.profiler run (the same filter as the
+    """name -> (launches, device µs) of the CUDA kernels in a profiler session (observe.device_profile) (the same filter as the
     candidate's kernel list in the worker's kernel check, which reads it from here)."""
     totals: dict[str, tuple[int, float]] = {}
     for evt in prof.key_averages():
@@ -102,7 +109,7 @@ def _cpu_op_totals(prof: Any) -> tuple[dict[str, tuple[int, float]], float]:
     8x from call to call), while the sizes an op reads say deterministically whether it did the work."""
     ops: dict[str, tuple[int, float]] = {}
     custom_us = 0.0
-    for evt in prof.events():
+    for evt in profile_events(prof):
         name = evt.name
         if name.startswith(EXT_RANGE):
             if not _inside_extension(evt):
@@ -124,14 +131,12 @@ def fallback_finding(run_reference: Callable[[list[Any]], Any], run_candidate: C
     candidate's kernel list (already profiled by check_custom_code); on the CPU the aten ops of one
     profiled forward of each, with the extension functions' calls as the candidate's own code. `draw()`
     gives each call its inputs, drawn before the profiler starts (its kernels are not the forward's)."""
-    from torch.profiler import ProfilerActivity, profile
-
     if not any(k.custom for k in kernels) and not any(v > 0 for v in custom_launches(recorder).values()):
         return None  # no custom code ran: that is no_custom_kernel
     extension_us = None
     if device.type == "cuda":
         inputs = draw()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with device_profile() as prof:
             run_reference(inputs)
         del inputs
         # Memsets and copies are not kernels of the computation (cuBLAS may clear a workspace on some calls).
@@ -141,14 +146,14 @@ def fallback_finding(run_reference: Callable[[list[Any]], Any], run_candidate: C
         where, unit = "kernels", "device_us"
     else:
         inputs = draw()
-        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        with host_profile() as prof:
             run_reference(inputs)
         reference, _ = _cpu_op_totals(prof)
         del inputs  # one input set at a time
         inputs = draw()
         recorder.label_calls = True
         try:
-            with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            with host_profile() as prof:
                 run_candidate(inputs)
         finally:
             recorder.label_calls = False

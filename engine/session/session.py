@@ -260,7 +260,8 @@ class Session:
             n += 1
 
     async def _does_not_fit(self) -> str:
-        """The task cannot fit the card (engine/evaluation/fit.py): said once, before the Coder writes a candidate."""
+        """The task cannot fit the card (engine/evaluation/fit.py): said once, before the Coder writes a candidate.
+        What the check counted goes to the evaluator, so no round's worker counts it again."""
         options = getattr(self.evaluator, "options", None)
         if options is None or getattr(options, "device", "cpu") != "cuda":
             return ""
@@ -270,6 +271,9 @@ class Session:
             fit = await check_task_fit(self.task.path, options, shown_path=self.task.shown_path)
         except Exception:  # the worker checks again before every build
             return ""
+        use_counts = getattr(self.evaluator, "use_task_counts", None)  # a backend without it counts in its workers
+        if fit is not None and fit.counts is not None and use_counts is not None:
+            use_counts(self.task, fit.counts)
         return fit.message if fit is not None and not fit.fits else ""
 
     def _check_policies(self, n: int) -> None:

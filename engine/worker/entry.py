@@ -117,12 +117,13 @@ def process_age() -> float:
 
 
 def _cupti_parts(prof: Any) -> dict[str, float]:
-    """Where a torch.profiler session's start and stop went (its own stats, where this torch keeps them):
+    """Where a profiler session's start and stop went (its own stats, where this torch keeps them):
     `cupti_prepare_s` (Kineto's set-up: loading and initialising CUPTI), `cupti_enable_s` (activity
-    collection switched on), `cupti_disable_s` (switched off, records flushed). For the spare's CUPTI
-    warm-up, the longest part of its warm-up on an H200 (4-6 s)."""
+    collection switched on), `cupti_disable_s` (switched off, records flushed). On the H200 the spare's
+    CUPTI step took 4.5-6.9 s while these took 0.02 s: torch.profiler's start imported torch._inductor and
+    torch._dynamo (observe.device_profile), now the spare's `counting_s` step where it is needed at all."""
     with contextlib.suppress(Exception):
-        stats = prof._stats()
+        stats = prof._stats() if callable(prof._stats) else prof._stats
         return {f"cupti_{part}_s": round(getattr(stats, f"profiler_{part}_call_duration_us") / 1e6, 4)
                 for part in ("prepare", "enable", "disable")}
     return {}
@@ -145,7 +146,8 @@ def _gpu_lock(path: str | None, has_job: Callable[[], bool] = lambda: False) -> 
         yield
 
 
-def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None, warm_cupti: bool = False) -> int:
+def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None, warm_cupti: bool = False,
+               warm_counting: bool = True) -> int:
     """A pre-warmed spare: start Python, import torch and the evaluation code, create the CUDA
     context, then wait for `job.json` in `workdir` and run that one job (never a second).
 
@@ -171,9 +173,14 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
     from cudaforge.engine.worker import pipeline  # the evaluation code, loaded while the LLM thinks
     with contextlib.suppress(Exception):  # a failure here shows up again, properly reported, in the job
         import torch.utils.cpp_extension  # noqa: F401
-        from cudaforge.engine import nvrtc
-        from torch.profiler import ProfilerActivity, profile
+        from cudaforge.engine import nvrtc, observe
+        from torch.autograd import profiler  # noqa: F401  (observe.device_profile's)
+
         step("import_s")
+        if warm_counting:  # the meta-device counts (footprint, FLOPs) a job without TaskCounts makes import it
+            import torch._dynamo  # noqa: F401
+
+            step("counting_s")
         if device == "cuda" and torch.cuda.is_available():
             from cudaforge.engine.worker.triton_support import preload
 
@@ -192,12 +199,12 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
                     check_kernels.prepare(torch.device("cuda", gpu))
                     step("check_kernels_s")
             if warm_cupti:
-                # The kernel check's first torch.profiler session loads and starts CUPTI (~3 s on an
-                # H200): do it now, while the LLM thinks. Outside the GPU lock, so no queued evaluation
-                # waits behind it, and therefore with no device work at all: starting the session loads
-                # CUPTI and enables its activity records in this process; a kernel launched here could
-                # be time-sliced into another evaluation's timing window.
-                with profile(activities=[ProfilerActivity.CUDA]) as warm:
+                # The kernel check's first profiler session loads and starts CUPTI: do it now, while the
+                # LLM thinks. Outside the GPU lock, so no queued evaluation waits behind it, and therefore
+                # with no device work at all: starting the session loads CUPTI and enables its activity
+                # records in this process; a kernel launched here could be time-sliced into another
+                # evaluation's timing window.
+                with observe.device_profile() as warm:
                     pass
                 step("cupti_s")
                 steps.update(_cupti_parts(warm))

@@ -23,6 +23,7 @@ from cudaforge.engine.results import (
     Memory,
     Peaks,
     SpeedOfLight,
+    TaskCounts,
     Timing,
     from_dict,
     to_dict,
@@ -64,6 +65,9 @@ class EvalJob:
     # The task's footprint as an earlier evaluation counted it (profile mode reserves memory with it: the
     # meta-device count took 4 s in a process under ncu)
     footprint_bytes: int | None = None
+    # The task's footprint and work as the app counted them on the meta device (fit.task_counts): taken
+    # instead of counting them again here (memory.check_task, pipeline._speed_of_light)
+    task_counts: TaskCounts | None = None
 
     @property
     def build_log_path(self) -> str:

@@ -1,7 +1,7 @@
 """The CUPTI kernel-time timer: what the device was busy with during each host-timed call.
 
 The CUDA events time the current stream; `Timer.host_times` times the whole device from the host
-(`hidden_async_work`). This third clock reads CUPTI's activity records (through torch.profiler, which
+(`hidden_async_work`). This third clock reads CUPTI's activity records (through the PyTorch profiler, which
 is Kineto over CUPTI) of every kernel, copy and memset on every stream, during the same synchronized
 host-timed calls: never inside the event window, whose rules stay as they are. A call's busy time is
 the union of its activities' intervals, so honest overlap between streams is not counted twice.
@@ -18,6 +18,8 @@ import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from cudaforge.engine import observe
 
 DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")  # Kineto's activity types of device work
 
@@ -74,9 +76,9 @@ def busy_per_call(activities: list[Activity], order: list[str]) -> tuple[dict[st
 
 
 def activities_of(prof: Any) -> list[Activity]:
-    """The device activities (kernels, copies, memsets) of a finished torch.profiler run, read from its
+    """The device activities (kernels, copies, memsets) of a finished profiler session (observe.device_profile), read from its
     raw Kineto events (key_averages and events() aggregate or drop the time ranges)."""
-    results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    results = observe.kineto_results(prof)
     if results is None:
         return []
     out = []
@@ -118,10 +120,8 @@ class KernelTimer:
                 self.timer.flush()
 
     def start(self) -> None:
-        from torch.profiler import ProfilerActivity, profile
-
         self.timer._sync()
-        self._prof = self._stack.enter_context(profile(activities=[ProfilerActivity.CUDA]))
+        self._prof = self._stack.enter_context(observe.device_profile())
         self.flush()  # the marker: the first record on the marker stream
         self.timer._sync()
 

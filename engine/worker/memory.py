@@ -668,8 +668,12 @@ def check_task(job: EvalJob, task: Any, init: list[Any], device: Any, float_dtyp
     from cudaforge.engine.worker.failures import CandidateFailure, TaskFailure
 
     seed = job.seed
+    counted = job.task_counts
     try:
-        fp = meta_footprint(task, init, seed, float_dtype)
+        if counted is not None and counted.precision == job.precision and "footprint_bytes" in counted.footprint:
+            fp = dict(counted.footprint)  # the app's count (fit.task_counts): the same function, once per task
+        else:
+            fp = meta_footprint(task, init, seed, float_dtype)
     except Exception as meta_exc:
         torch.manual_seed(seed)
         try:
@@ -840,10 +844,32 @@ def _note_peaks(mem: dict[str, Any]) -> None:
 # ------------------------------------------------------------------ the parent's check, in a subprocess
 
 
+def meta_work(task: Any, init: list[Any], seed: int, float_dtype: Any = None) -> dict[str, Any] | None:
+    """The reference call's bytes and FLOPs (speed_of_light.count_work) as the worker counts them, on the
+    model and inputs built on the meta device at `float_dtype`; None where either cannot be built there (the
+    worker counts on its real ones then). JSON-ready (results.to_dict of a SpeedOfLight)."""
+    import torch
+    from cudaforge.engine import speed_of_light
+    from cudaforge.engine.results import to_dict
+
+    try:
+        torch.manual_seed(seed)
+        with torch.device("meta"):
+            inputs = [_with_dtype(x, float_dtype) if isinstance(x, torch.Tensor) else x for x in task.get_inputs()]
+            model = task.Model(*init)
+        if float_dtype is not None:
+            model = model.to(float_dtype)
+        work = speed_of_light.count_work(model, inputs, quiet_meta=_fast_meta_rnns())
+    except Exception:  # the footprint is what the fit check needs: the worker counts the work itself then
+        return None
+    return to_dict(work) if work.flops is not None else None
+
+
 def footprint_main(argv: list[str]) -> int:
     """`python -m cudaforge.engine.worker.memory TASK SEED PRECISION`: the task's meta footprint as one
-    JSON line (no device memory, no CUDA context), or {"error": ..., "kind": ...} for a task that cannot
-    load. The parent (engine/evaluation/fit.py) compares it with the card."""
+    JSON line, with the reference call's work under "work" (meta_work; no device memory, no CUDA
+    context), or {"error": ..., "kind": ...} for a task that cannot load. The parent
+    (engine/evaluation/fit.py) compares it with the card and hands both to the workers (TaskCounts)."""
     import importlib.util
     import json
 
@@ -855,7 +881,9 @@ def footprint_main(argv: list[str]) -> int:
         spec = importlib.util.spec_from_file_location("cudaforge_task", path)
         module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
         spec.loader.exec_module(module)  # type: ignore[union-attr]
-        fp = meta_footprint(module, list(module.get_init_inputs()), seed, float_dtype)
+        init = list(module.get_init_inputs())
+        fp = meta_footprint(module, init, seed, float_dtype)
+        fp["work"] = meta_work(module, init, seed, float_dtype)
     except ModuleNotFoundError as exc:
         print(json.dumps({"error": missing_module_message(path, exc), "kind": "unavailable"}))
         return 0

@@ -441,15 +441,13 @@ def check_custom_code(job: EvalJob, recorder: BuildRecorder, model_new: Any, dra
     kernels: list[KernelLaunch] = []
     stream_use: streams.StreamUse | None = None
     if device.type == "cuda":
-        from torch.profiler import ProfilerActivity, profile
-
         inputs = draw()
         # The calling stream's marker: a one-element device-to-device copy on it, waited for before the
         # call, so its CUPTI record names the calling stream and precedes all of forward's work (a copy:
         # cuda_kernel_totals leaves it out of the kernel list).
         marker, marked = torch.zeros(1, device=device), torch.empty(1, device=device)
         torch.cuda.synchronize(device)
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with observe.device_profile() as prof:
             marked.copy_(marker)
             torch.cuda.current_stream(device).synchronize()
             _run_candidate(model_new, inputs, device)
@@ -673,8 +671,15 @@ def _speed_of_light(job: EvalJob, inputs: list[Any], model: Any, cand_ms: float,
         with torch.no_grad():
             return memory.tensor_bytes(flatten_outputs(model(*clone_inputs(inputs))))
 
-    work = speed_of_light.count_work(model, inputs, real_output_bytes=real_output_bytes,
-                                     quiet_meta=memory._fast_meta_rnns())
+    counted = job.task_counts.work if job.task_counts is not None and job.task_counts.precision == job.precision \
+        else None
+    # The app's count of the same call (fit.task_counts), where the inputs and parameters here are the ones it
+    # counted: else counted here.
+    if counted is not None and (counted.input_bytes, counted.param_bytes) == speed_of_light.read_bytes(model, inputs):
+        work = counted
+    else:
+        work = speed_of_light.count_work(model, inputs, real_output_bytes=real_output_bytes,
+                                         quiet_meta=memory._fast_meta_rnns())
     peaks = job.peaks if device.type == "cuda" else None
     sol = speed_of_light.floor(work, peaks, job.precision, tolerance[0], tolerance[1], cand_ms)
     if sol.bandwidth_gbs:
@@ -782,6 +787,9 @@ def _budget(job: EvalJob, device: Any) -> Any:
 
 def _reservation_bytes(job: EvalJob, task: Any, init: list[Any], mem: dict[str, Any]) -> int:
     """The evaluation's memory estimate (the memory rule's, engine/worker/memory.py), under the cap when set."""
+    counted = job.task_counts
+    if "footprint_bytes" not in mem and counted is not None and counted.precision == job.precision:
+        mem.update(counted.footprint)  # the app's count (fit.task_counts)
     if "footprint_bytes" not in mem and job.footprint_bytes:
         mem["footprint_bytes"] = job.footprint_bytes  # counted by this task's evaluation (profile mode)
     if "footprint_bytes" not in mem:
