@@ -171,7 +171,7 @@ def device_profile() -> Any:
     torch.profiler.profile(activities=[CUDA]) opens, without that wrapper, whose start asks
     `hasattr(torch, "_inductor")` and so imports torch._inductor and torch._dynamo (1.7 s on this project's
     CPU machine) for a setting that only matters to compiled graphs. Its records: `key_averages()`,
-    `profile_events(prof)`, `kineto_results(prof)`."""
+    `function_events`, and the raw `kineto_results` once it has ended."""
     from torch.autograd import profiler
 
     return profiler.profile(use_cpu=False, use_device="cuda", use_kineto=True)
@@ -183,17 +183,3 @@ def host_profile() -> Any:
     from torch.autograd import profiler
 
     return profiler.profile(use_cpu=True, record_shapes=True, use_kineto=True)
-
-
-def kineto_results(prof: Any) -> Any:
-    """The raw Kineto results of a finished session (None when there are none): kept by the session itself
-    (device_profile) or, under torch.profiler.profile, by its `profiler`."""
-    results = getattr(prof, "kineto_results", None)
-    if results is None:
-        results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
-    return results
-
-
-def profile_events(prof: Any) -> Any:
-    """The function events of a finished session (host_profile's operators with their shapes)."""
-    return prof.events() if hasattr(prof, "events") else prof.function_events

@@ -19,14 +19,14 @@ def test_a_host_session_records_the_ops_and_their_shapes_without_importing_induc
     assert _run("""
         import sys
         import torch
-        from cudaforge.engine.observe import host_profile, kineto_results, profile_events
+        from cudaforge.engine.observe import host_profile
 
         x = torch.randn(64, 32)
         with host_profile() as prof:
             torch.mm(x, x.t())
-        ops = {e.name: e.input_shapes for e in profile_events(prof)}
+        ops = {e.name: e.input_shapes for e in prof.function_events}
         assert ops.get("aten::mm") == [[64, 32], [32, 64]], ops
-        assert kineto_results(prof) is not None
+        assert prof.kineto_results is not None
         print(sorted(m for m in ("torch._inductor", "torch._dynamo") if m in sys.modules))
     """) == "[]"
 

@@ -188,7 +188,6 @@ class Evaluator:
         self._footprints: dict[str, int] = {}  # a task's sha256 -> the footprint its evaluation counted
         # (a task's sha256, precision) -> what the app counted of it once (use_task_counts), for every job
         self._task_counts: dict[tuple[str, str], TaskCounts] = {}
-        self._spares_count = True  # whether a spare's warm-up loads what counting a task in the worker needs
         # Once a caller has asked for a spare, a new one is started as soon as one takes its job (not
         # after the evaluation): its process start and imports overlap the evaluation, and only the
         # GPU part of its warm-up waits for the lock (after the jobs: engine/gpu/turns.py).
@@ -215,7 +214,7 @@ class Evaluator:
             key=self._spare_key(), prefix=(), python=o.python, device=o.device, gpu=o.gpu, env=self.worker_env(),
             phase_limits=o.phase_limits(), default_limit_s=o.load_s,
             output_limit_bytes=o.output_limit_bytes, open_files=o.open_files,
-            warm_limit_s=o.load_s, idle_limit_s=o.spare_idle_s, label="spare", warm_counting=self._spares_count)
+            warm_limit_s=o.load_s, idle_limit_s=o.spare_idle_s, label="spare", warm_counting=self.spares_count_tasks)
 
     def prewarm(self) -> bool:
         """Keep `options.spare_depth` spare workers warming or waiting (dead ones and ones started for other
@@ -325,13 +324,12 @@ class Evaluator:
         the meta-device counts' dispatch modes import torch._dynamo, seconds of a spare's warm-up (a job
         without counts then pays that import itself)."""
         self._task_counts[(task.sha256, counts.precision)] = counts
-        self._spares_count = False
 
     @property
     def spares_count_tasks(self) -> bool:
         """Whether spares started now load what counting a task in the worker needs (False once the app's
         counts come with the jobs: use_task_counts)."""
-        return self._spares_count
+        return not self._task_counts
 
     def worker_env(self) -> dict[str, str]:
         env = dict(os.environ)

@@ -34,7 +34,6 @@ from cudaforge.engine.observe import (
     custom_launches,
     device_profile,
     host_profile,
-    profile_events,
     slice_elements,
 )
 from cudaforge.engine.results import Finding, KernelLaunch
@@ -109,7 +108,7 @@ def _cpu_op_totals(prof: Any) -> tuple[dict[str, tuple[int, float]], float]:
     8x from call to call), while the sizes an op reads say deterministically whether it did the work."""
     ops: dict[str, tuple[int, float]] = {}
     custom_us = 0.0
-    for evt in profile_events(prof):
+    for evt in prof.function_events:
         name = evt.name
         if name.startswith(EXT_RANGE):
             if not _inside_extension(evt):

@@ -18,6 +18,7 @@ pool lives and dies with the worker process, which makes one evaluation.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,17 +85,13 @@ class HostBuffers:
         return _count(b.base) == b.idle_count
 
 
-_READER: list[Any] = []
-
-
+@functools.cache
 def _use_count() -> Any:
     """torch's storage use-count reader (torch._C._storage_Use_Count, in every torch this project supports),
     or None where this torch has none: then the pool serves nothing. Looked up once, torch imported lazily."""
-    if not _READER:
-        import torch
+    import torch
 
-        _READER.append(getattr(torch._C, "_storage_Use_Count", None))
-    return _READER[0]
+    return getattr(torch._C, "_storage_Use_Count", None)
 
 
 def _count(t: Any) -> int:

@@ -70,6 +70,12 @@ class EvalJob:
     task_counts: TaskCounts | None = None
 
     @property
+    def counts(self) -> TaskCounts | None:
+        """`task_counts` where they were counted at this job's precision; else None (the worker counts)."""
+        counts = self.task_counts
+        return counts if counts is not None and counts.precision == self.precision else None
+
+    @property
     def build_log_path(self) -> str:
         """Where the worker streams its build's output as it comes (beside the progress file): the app
         tails it while the build runs, since a build can take minutes and prints nothing else."""

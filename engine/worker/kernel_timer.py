@@ -78,7 +78,7 @@ def busy_per_call(activities: list[Activity], order: list[str]) -> tuple[dict[st
 def activities_of(prof: Any) -> list[Activity]:
     """The device activities (kernels, copies, memsets) of a finished profiler session (observe.device_profile), read from its
     raw Kineto events (key_averages and events() aggregate or drop the time ranges)."""
-    results = observe.kineto_results(prof)
+    results = getattr(prof, "kineto_results", None)
     if results is None:
         return []
     out = []

@@ -202,6 +202,18 @@ def _with_dtype(t: Any, float_dtype: Any) -> Any:
     return t
 
 
+def _meta_inputs(task: Any, seed: int, float_dtype: Any) -> list[Any]:
+    """get_inputs() drawn on the meta device at `float_dtype` (no memory): what the meta-device counts run on."""
+    import torch
+
+    torch.manual_seed(seed)
+    with torch.device("meta"):
+        inputs = task.get_inputs()
+        if not isinstance(inputs, (list, tuple)):  # check_task's host draw names the task's error
+            raise TypeError(f"get_inputs() returned {type(inputs).__name__}")
+        return [_with_dtype(x, float_dtype) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
 def meta_footprint(task: Any, init: list[Any], seed: int, float_dtype: Any = None) -> dict[str, Any]:
     """Inputs + outputs + parameters of the task on the meta device (no memory, no compute).
 
@@ -210,13 +222,8 @@ def meta_footprint(task: Any, init: list[Any], seed: int, float_dtype: Any = Non
     import torch
 
     out: dict[str, Any] = {"input_bytes": 0, "output_bytes": 0, "param_bytes": 0, "reason": ""}
-    torch.manual_seed(seed)
-    with torch.device("meta"):
-        inputs = task.get_inputs()
-        if not isinstance(inputs, (list, tuple)):  # check_task's host draw names the task's error
-            raise TypeError(f"get_inputs() returned {type(inputs).__name__}")
-        inputs = [_with_dtype(x, float_dtype) if isinstance(x, torch.Tensor) else x for x in inputs]
-        out["input_bytes"] = tensor_bytes(inputs)
+    inputs = _meta_inputs(task, seed, float_dtype)
+    out["input_bytes"] = tensor_bytes(inputs)
     try:
         with torch.device("meta"):
             model = task.Model(*init)
@@ -668,10 +675,9 @@ def check_task(job: EvalJob, task: Any, init: list[Any], device: Any, float_dtyp
     from cudaforge.engine.worker.failures import CandidateFailure, TaskFailure
 
     seed = job.seed
-    counted = job.task_counts
     try:
-        if counted is not None and counted.precision == job.precision and "footprint_bytes" in counted.footprint:
-            fp = dict(counted.footprint)  # the app's count (fit.task_counts): the same function, once per task
+        if job.counts is not None:
+            fp = dict(job.counts.footprint)  # the app's count (fit.task_counts): the same function, once per task
         else:
             fp = meta_footprint(task, init, seed, float_dtype)
     except Exception as meta_exc:
@@ -853,9 +859,8 @@ def meta_work(task: Any, init: list[Any], seed: int, float_dtype: Any = None) ->
     from cudaforge.engine.results import to_dict
 
     try:
-        torch.manual_seed(seed)
+        inputs = _meta_inputs(task, seed, float_dtype)
         with torch.device("meta"):
-            inputs = [_with_dtype(x, float_dtype) if isinstance(x, torch.Tensor) else x for x in task.get_inputs()]
             model = task.Model(*init)
         if float_dtype is not None:
             model = model.to(float_dtype)

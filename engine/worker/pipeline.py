@@ -671,8 +671,7 @@ def _speed_of_light(job: EvalJob, inputs: list[Any], model: Any, cand_ms: float,
         with torch.no_grad():
             return memory.tensor_bytes(flatten_outputs(model(*clone_inputs(inputs))))
 
-    counted = job.task_counts.work if job.task_counts is not None and job.task_counts.precision == job.precision \
-        else None
+    counted = job.counts.work if job.counts is not None else None
     # The app's count of the same call (fit.task_counts), where the inputs and parameters here are the ones it
     # counted: else counted here.
     if counted is not None and (counted.input_bytes, counted.param_bytes) == speed_of_light.read_bytes(model, inputs):
@@ -787,9 +786,8 @@ def _budget(job: EvalJob, device: Any) -> Any:
 
 def _reservation_bytes(job: EvalJob, task: Any, init: list[Any], mem: dict[str, Any]) -> int:
     """The evaluation's memory estimate (the memory rule's, engine/worker/memory.py), under the cap when set."""
-    counted = job.task_counts
-    if "footprint_bytes" not in mem and counted is not None and counted.precision == job.precision:
-        mem.update(counted.footprint)  # the app's count (fit.task_counts)
+    if "footprint_bytes" not in mem and job.counts is not None:
+        mem.update(job.counts.footprint)  # the app's count (fit.task_counts)
     if "footprint_bytes" not in mem and job.footprint_bytes:
         mem["footprint_bytes"] = job.footprint_bytes  # counted by this task's evaluation (profile mode)
     if "footprint_bytes" not in mem:
