@@ -160,14 +160,17 @@ def forgery_finding(report: WorkerReport | None) -> Finding | None:
                    f"records ({', '.join(missing[:4])}): it was not written by the worker", {"missing": missing})
 
 
+def with_app_parts(phases: Mapping[str, float], app: Mapping[str, float]) -> dict[str, float]:
+    """A worker's `phases` with the app's own seconds beside them: `app.<part>` each, and `app` their sum
+    (parts with a second dot lie inside another part and are not summed again). A cache's write is not among
+    them: it happens after the result is returned."""
+    merged = {**phases, **{k: round(v, 4) for k, v in app.items()}}
+    merged["app"] = round(sum(v for k, v in merged.items() if k.startswith("app.") and k.count(".") == 1), 4)
+    return merged
+
+
 def _with_app_phases(result: EvalResult, app: Mapping[str, float]) -> EvalResult:
-    """`result` with the app's own seconds beside the worker's phases: `app.<part>` each, and `app` their sum
-    (parts with a second dot lie inside another part and are not summed again). The result cache's write is
-    not among them: it happens after the result is returned."""
-    parts = {k: round(v, 4) for k, v in app.items()}
-    phases = {**result.phases, **parts}
-    phases["app"] = round(sum(v for k, v in phases.items() if k.startswith("app.") and k.count(".") == 1), 4)
-    return replace(result, phases=phases)
+    return replace(result, phases=with_app_parts(result.phases, app))
 
 
 class Evaluator:
@@ -271,9 +274,7 @@ class Evaluator:
     async def aclose(self) -> None:
         """Kill the spare workers (if any) and remove their files; wait for the workers still exiting."""
         self._keep_warm = False
-        spares = self._pool.clear()
-        if spares:
-            await asyncio.to_thread(lambda: [s.kill() for s in spares])
+        await self._pool.close()
         await self.settle()
 
     # ------------------------------------------------------------------ result cache

@@ -19,7 +19,7 @@ from pathlib import Path
 from cudaforge.engine.candidate import Candidate
 from cudaforge.engine.config import GPU_WAIT_S
 from cudaforge.engine.evaluation import result_cache
-from cudaforge.engine.evaluation.evaluator import Evaluator, progress_file
+from cudaforge.engine.evaluation.evaluator import Evaluator, progress_file, with_app_parts
 from cudaforge.engine.evaluation.sandbox import start_sandboxed, wait_sandboxed
 from cudaforge.engine.evaluation.spare import Spare, SparePool, start_spare
 from cudaforge.engine.profiling import NcuSettings, ProfileResult, interpret_output, prepare_profile
@@ -101,9 +101,7 @@ class Profiler:
     async def aclose(self) -> None:
         """Kill the spare profile workers and wait for the profile-cache writes of this event loop."""
         self._keep_warm = False
-        spares = self._pool.clear()
-        if spares:
-            await asyncio.to_thread(lambda: [s.kill() for s in spares])
+        await self._pool.close()
         await self._stores.wait()
 
     def cache_key(self, task: Task, candidate: Candidate, ncu: str) -> str:
@@ -190,9 +188,7 @@ _PLACEHOLDER = ("__target__",)  # where the worker's command goes in a spare's n
 
 def _with_app(result: ProfileResult, app: dict[str, float]) -> ProfileResult:
     """The app's seconds (`app.<part>`, and `app` their sum) beside the profiled worker's phases."""
-    phases = {**result.worker_phases, **{k: round(v, 4) for k, v in app.items()}}
-    phases["app"] = round(sum(v for k, v in phases.items() if k.startswith("app.") and k.count(".") == 1), 4)
-    return replace(result, worker_phases=phases)
+    return replace(result, worker_phases=with_app_parts(result.worker_phases, app))
 
 
 def _after_report(workdir: Path, ended_at: float, got_at: float) -> dict[str, float]:

@@ -34,6 +34,7 @@ re-parents orphans to the nearest subreaper ancestor.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import json
@@ -162,6 +163,12 @@ class SparePool:
         """Every spare, removed from the pool (for the caller to kill)."""
         spares, self._spares = self._spares, []
         return spares
+
+    async def close(self) -> None:
+        """Kill every spare and remove its files (the kills off the event loop: each waits for its tree)."""
+        spares = self.clear()
+        if spares:
+            await asyncio.to_thread(lambda: [s.kill() for s in spares])
 
 
 def live_spares() -> list[Spare]:
