@@ -183,7 +183,7 @@ step() {
             name=$1; [ "$SHARD" != 1/1 ] && name="$1-${SHARD/\//of}"
             rm -f "$OUT/$name.rows.jsonl"
             run "$name.log" "$STEP_LIMIT" "$PY" bench/kernelbench_sweep.py "$KB" --levels "${1#sweep-level}" \
-                --jobs "$JOBS" --gpu-memory-gb "$GPU_MEMORY_GB" --shard "$SHARD" \
+                --jobs "$JOBS" --gpu-memory-gb "$GPU_MEMORY_GB" --shard "$SHARD" --give-up-after 6 \
                 --json "$OUT/$name.json" --rows "$OUT/$name.rows.jsonl"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(sweep_line "$name")" ;;
         batch)

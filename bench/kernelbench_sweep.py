@@ -193,13 +193,14 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 
 async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | None, quiet: bool = False,
-                spares_per_slot: int | None = None) -> list[dict[str, Any]]:
+                spares_per_slot: int | None = None, give_up_after: int = 0) -> list[dict[str, Any]]:
     """Every problem through `jobs` slots side by side. A slot's evaluator keeps `spares_per_slot` spare
     workers warming (`[eval] spares`; on a GPU: interpreter, torch, CUDA context, CUPTI; about 8-10 s on
     the H200) and hands out the oldest: with one, an evaluation shorter than a warm-up waited for the next
     spare (`spare_wait` about 8 s a problem in session 8's capped shard); with two, each spare has two
     evaluations' time to get ready. Default: two on a GPU, one on the CPU device (where a spare importing
-    torch beside a host-timed evaluation disturbs it)."""
+    torch beside a host-timed evaluation disturbs it). `give_up_after` N > 0: when the first N rows are all
+    unexpected, no slot takes another problem (a broken build must not spend a whole device call)."""
     if spares_per_slot is None:
         spares_per_slot = 2 if options.device == "cuda" else 1
     from cudaforge.engine.candidate import Candidate
@@ -212,11 +213,15 @@ async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | No
     rows: list[dict[str, Any]] = []
     out = rows_path.open("a", encoding="utf-8") if rows_path else None
 
+    def gave_up() -> bool:
+        first = rows[:give_up_after]
+        return give_up_after > 0 and len(first) == give_up_after and not any(r["expected"] for r in first)
+
     async def slot() -> None:
         evaluator = Evaluator(dataclasses.replace(options, spares=max(1, spares_per_slot)))
         evaluator.prewarm()
         try:
-            while not queue.empty():
+            while not queue.empty() and not gave_up():
                 path = queue.get_nowait()
                 start = time.perf_counter()
                 try:
@@ -315,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write rows and summary as one JSON document here")
     ap.add_argument("--rows", help="append one JSON line per problem here as it finishes")
     ap.add_argument("--cache-dir", help="the Evaluator's cache folder")
+    ap.add_argument("--give-up-after", type=int, default=0, metavar="N",
+                    help="stop taking problems when the first N rows are all unexpected (0: never)")
     args = ap.parse_args(argv)
     folder = Path(args.folder)
     if not folder.is_dir():
@@ -333,7 +340,10 @@ def main(argv: list[str] | None = None) -> int:
           + (f", cap {args.gpu_memory_gb:g} GiB" if args.gpu_memory_gb else ""), file=sys.stderr, flush=True)
     start = time.perf_counter()
     rows = asyncio.run(sweep(paths, options, args.jobs, Path(args.rows) if args.rows else None,
-                             spares_per_slot=args.spares_per_slot))
+                             spares_per_slot=args.spares_per_slot, give_up_after=args.give_up_after))
+    if args.give_up_after and len(rows) < len(paths) and not any(r["expected"] for r in rows[:args.give_up_after]):
+        print(f"kernelbench_sweep: gave up: the first {args.give_up_after} rows were all unexpected",
+              file=sys.stderr, flush=True)
     summary = summarize(rows, time.perf_counter() - start)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
