@@ -71,6 +71,26 @@ def test_the_pool_keeps_within_its_budget_and_trim_drops_what_is_free() -> None:
     assert pool.retained_bytes() == 0
 
 
+def test_a_free_buffer_behind_a_busy_one_is_dropped_by_identity() -> None:
+    """The H200 sweep's level1/87 (an 8 GiB output, 4 GiB inputs): the second expected output needed a new
+    buffer, the pool dropped the free input-sized one listed after the busy output-sized one, and
+    `list.remove` compared the two buffers' tensors element by element (a size-mismatch RuntimeError;
+    with equal sizes, an ambiguous truth value or a full elementwise pass)."""
+    pool = HostBuffers(budget=16 * MIB)
+    big = torch.randn(2 * MIB)  # 8 MiB, like the output
+    first = _copy(pool, big)  # kept: busy
+    small = _copy(pool, torch.randn(MIB))  # 4 MiB, like an input
+    del small  # free, listed after the busy one
+    second = _copy(pool, big * 2)  # no fit: the free 4 MiB one is dropped to make room within 16 MiB
+    assert pool.made == 3 and pool.retained_bytes() == 16 * MIB
+    assert torch.equal(first, big) and torch.equal(second, big * 2)
+    del first
+    same_size = _copy(pool, big * 3)  # reuses the first; two equal-sized buffers now listed
+    del second
+    pool.trim()  # drops the free one of two equal-sized buffers, behind the busy one
+    assert pool.retained_bytes() == 8 * MIB and torch.equal(same_size, big * 3)
+
+
 def test_no_budget_or_a_layout_other_than_contiguous_is_not_served() -> None:
     assert HostBuffers(budget=0).empty_like(torch.randn(16, 16)) is None
     pool = HostBuffers(budget=64 * MIB)

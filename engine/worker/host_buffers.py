@@ -26,7 +26,7 @@ from typing import Any
 SLACK_FRACTION = 0.25
 
 
-@dataclass
+@dataclass(eq=False)  # identity: list.remove must never compare two buffers' tensors element by element
 class _Buffer:
     base: Any  # a 1-D uint8 host tensor
     idle_count: int  # its storage's use count when nothing but the pool holds it
