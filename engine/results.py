@@ -183,6 +183,9 @@ class Memory:
     output_bytes: int | None = None
     param_bytes: int | None = None
     needed_bytes: int | None = None  # 1.25 x footprint + 1 GiB (worker/memory.py needed_bytes)
+    # CUDA with the GPU lock: the worker's reservation in the card's ledger at the end (the estimate, grown to
+    # what the reference's measured peak asks: memory.reservation_after_reference)
+    reserved_bytes: int | None = None
     fits: bool | None = None
     reason: str = ""  # why the footprint is incomplete (a task that cannot run on the meta device)
     message: str = ""  # the "does not fit" line

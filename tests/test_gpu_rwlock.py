@@ -274,3 +274,49 @@ def test_a_real_worker_times_only_once_other_holders_are_gone(tmp_path: Path) ->
     assert result["outcome"] == "ok", result.get("message")
     assert result["phases"]["timing_wait"] >= 0.5 and result["phases"]["gpu_exclusive"] > 0
     assert reader["synced"] < time.monotonic_ns()
+
+
+def test_a_reservation_grows_only_where_it_fits_beside_the_others(tmp_path: Path) -> None:
+    """ledger.Reservation.resize: admitted as a new reservation would be (alone always), else refused after
+    its timeout with the reservation as it was; admitted once the other gives its memory back."""
+    lock = tmp_path / "gpu0.lock"
+    mine = ledger.reserve(lock, 30, 100, timeout_s=5)
+    assert mine is not None and mine.resize(500, 100, timeout_s=1)  # alone: above the budget too
+    assert mine.resize(30, 100, timeout_s=1) and ledger.reserved_bytes(lock) == 30
+    go = tmp_path / "go"
+    other = Actor(lock, "read", 0.0, tmp_path / "o.json", "--reserve", "60", "--budget", "100", "--until", str(go))
+    other.wait_for("acquired")
+    assert not mine.resize(50, 100, timeout_s=0.3)  # 60 + 50 > 100
+    assert mine.nbytes == 30 and ledger.reserved_bytes(lock) == 90
+    assert mine.resize(40, 100, timeout_s=1)  # 60 + 40 fit
+    go.touch()
+    other.finish()
+    assert mine.resize(90, 100, timeout_s=5) and ledger.reserved_bytes(lock) == 90
+    mine.release()
+    assert ledger.reserved_bytes(lock) == 0
+
+
+def test_the_worker_grows_its_reservation_without_holding_the_gpu_and_resumes_its_hold(tmp_path: Path) -> None:
+    """gpu_share.grow (after the reference's measured peak): it lets its read hold go while it waits for
+    memory (a writer waiting for the readers to drain is never blocked by it), takes the hold again, and
+    says so in a note where the memory was not admitted in time."""
+    from cudaforge.engine.worker import gpu_share
+
+    lock = tmp_path / "gpu0.lock"
+    go = tmp_path / "go"
+    other = Actor(lock, "read", 0.0, tmp_path / "o.json", "--reserve", "60", "--budget", "100", "--until", str(go))
+    other.wait_for("acquired")
+    gpu_share.reserve(str(lock), 30, lambda: 100, label="test")
+    gpu_share.read(str(lock))
+    try:
+        note = gpu_share.grow(50, lambda: 100, timeout_s=0.3)
+        assert "stayed at" in note and gpu_share.reserved() == 30
+        assert gpu_share._STATE["hold"] is not None and gpu_share._STATE["hold"].held  # the read hold is back
+        assert gpu_share.grow(20, lambda: 100) == "" and gpu_share.reserved() == 30  # never shrinks
+        go.touch()
+        other.finish()
+        assert gpu_share.grow(80, lambda: 100, timeout_s=5) == "" and gpu_share.reserved() == 80
+        assert ledger.reserved_bytes(lock) == 80
+    finally:
+        gpu_share.release_all()
+    assert ledger.reserved_bytes(lock) == 0 and gpu_share.reserved() is None

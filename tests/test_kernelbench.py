@@ -105,6 +105,20 @@ def test_oom_message_names_side_asked_in_use_and_total() -> None:
     assert "in use" in text and "card total" in text
 
 
+def test_oom_message_says_which_limit_was_met() -> None:
+    """The card's free memory below the request, or the cap's allocator limit with what sat reserved but
+    unallocated: PyTorch's own figures, so a sweep row says why (level3/31 on the H200 said neither)."""
+    card = ("CUDA out of memory. Tried to allocate 8.00 GiB. GPU 0 has a total capacity of 139.81 GiB of which "
+            "3.50 GiB is free. Of the allocated memory 8.10 GiB is allocated by PyTorch, and 0.20 GiB is "
+            "reserved by PyTorch but unallocated.")
+    assert memory.oom_limit(card, 8 * memory.GIB, 23 * memory.GIB) == (
+        "the card had 3.5 GiB free; 0.2 GiB reserved but unallocated")
+    capped = card.replace("3.50 GiB is free", "60.00 GiB is free").replace("0.20 GiB is", "7.40 GiB is")
+    assert memory.oom_limit(capped, 8 * memory.GIB, 23 * memory.GIB) == (
+        "the cap's allocator limit 23.0 GiB (card free 60.0 GiB); 7.4 GiB reserved but unallocated")
+    assert memory.oom_limit("CUDA out of memory.", None, None) == ""
+
+
 def test_sliced_compare_equals_the_whole_tensor_compare(monkeypatch: pytest.MonkeyPatch) -> None:
     """The compare works in slices (no full-size temporaries); slicing must not change any verdict or number."""
     from cudaforge.engine.worker import compare
@@ -366,3 +380,20 @@ def test_memory_section_is_printed_by_eval_and_shown_in_the_correctness_pane() -
     console.print(render_correctness(result))
     assert line in console.export_text()
     assert EvalResult.from_dict(result.to_dict()).memory == mem
+
+
+def test_the_reservation_after_the_reference_counts_what_was_on_the_device_at_its_peak(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device's peak during the reference call (both models' parameters, library workspaces the meta
+    estimate cannot see) plus the rule's room beside the reference's own peak, under the cap."""
+    monkeypatch.setattr(memory, "REFERENCE_IO", {})
+    assert memory.reservation_after_reference() is None  # not measured yet
+    # level1/64 on the H200: a 4 GiB meta footprint (estimate 6 GiB), 8 GiB measured with cuDNN's workspace
+    monkeypatch.setattr(memory, "REFERENCE_IO", {"peak_bytes": 8 * memory.GIB, "held_peak_bytes": 8 * memory.GIB})
+    monkeypatch.setattr(memory, "CAP", {})
+    assert memory.reservation_after_reference() == 11 * memory.GIB  # 8 + 0.25 x 8 + 1
+    # a parameter-heavy task: the candidate's copy of 4 GiB of weights was on the device beside the reference's
+    monkeypatch.setattr(memory, "REFERENCE_IO", {"peak_bytes": 4 * memory.GIB, "held_peak_bytes": 8 * memory.GIB})
+    assert memory.reservation_after_reference() == 10 * memory.GIB
+    monkeypatch.setattr(memory, "CAP", {"bytes": 9 * memory.GIB})
+    assert memory.reservation_after_reference() == 9 * memory.GIB

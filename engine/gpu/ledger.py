@@ -104,6 +104,33 @@ class Reservation:
                 entries.remove(mine)
             _write(self.lock_path, entries)
 
+    def resize(self, nbytes: int, budget: int | Callable[[], int], *, poll_s: float = 0.02,
+               timeout_s: float | None = None) -> bool:
+        """Grow (or shrink) this reservation to `nbytes`, admitted as a new one would be (beside the others'
+        within `budget`, or alone); False after `timeout_s` without admission, the reservation as it was.
+        Two processes that each wait to grow beside the other can both be refused for good: the caller
+        gives up after its timeout rather than waiting for ever."""
+        start = time.monotonic()
+        me = os.getpid()
+        while True:
+            limit = budget if isinstance(budget, int) else \
+                (budget() if any(e.pid != me for e in live_entries(self.lock_path)) else 0)
+            with _guard(self.lock_path):
+                entries = _live(_read(self.lock_path))
+                others = [e for e in entries if e.pid != me]
+                if not others or sum(e.nbytes for e in others) + nbytes <= limit:
+                    mine = next((e for e in entries if e.pid == me and e.nbytes == self.nbytes), None)
+                    if mine is not None:
+                        entries.remove(mine)
+                    entries.append(Entry(pid=me, start=process_start(me), nbytes=int(nbytes),
+                                         label=mine.label if mine else "", since=mine.since if mine else time.time()))
+                    _write(self.lock_path, entries)
+                    self.nbytes = int(nbytes)
+                    return True
+            if timeout_s is not None and time.monotonic() - start > timeout_s:
+                return False
+            time.sleep(poll_s)
+
 
 def try_reserve(lock_path: str | os.PathLike[str], nbytes: int, budget: int, label: str = "") -> bool:
     """Reserve `nbytes` now if it fits beside the live reservations within `budget`, or if no other process

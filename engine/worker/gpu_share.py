@@ -98,6 +98,40 @@ def reserve(lock_path: str | None, nbytes: int, budget: Any, label: str = "") ->
         phase(resume)
 
 
+def reserved() -> int | None:
+    """This worker's reservation now (bytes), None without one."""
+    reservation = _STATE["reservation"]
+    return int(reservation.nbytes) if reservation is not None else None
+
+
+GROW_TIMEOUT_S = 30.0  # two evaluations that each wait to grow beside the other would wait for ever
+
+
+def grow(nbytes: int, budget: Any, timeout_s: float = GROW_TIMEOUT_S) -> str:
+    """Grow this worker's reservation to `nbytes` once it knows more than its estimate did (the reference's
+    measured peak: memory.reservation_after_reference), waiting for admission without holding the GPU
+    (phase memory_wait) and resuming the hold it had. Returns "" or a note when it was not admitted within
+    `timeout_s` (the evaluation goes on within the reservation it has, as before)."""
+    reservation = _STATE["reservation"]
+    if reservation is None or nbytes <= reservation.nbytes:
+        return ""
+    hold = _STATE["hold"]
+    kind, lock_path = (hold.kind, hold.lock_path) if hold is not None and hold.held else (None, None)
+    release_hold()  # never wait for memory while holding the GPU
+    resume = current_phase()
+    phase("memory_wait")
+    before = reservation.nbytes
+    ok = reservation.resize(nbytes, _cached(budget), timeout_s=timeout_s)
+    if resume and resume != "memory_wait":
+        phase(resume)
+    if kind is not None:
+        _switch(lock_path, kind, "gpu_wait")
+    if ok:
+        return ""
+    return (f"the reservation stayed at {before / (1 << 30):.1f} GiB: {nbytes / (1 << 30):.1f} GiB, what the "
+            f"reference's measured peak asks, was not admitted within {timeout_s:g} s")
+
+
 def _cached(budget: Any) -> Any:
     seen: dict[str, Any] = {}
 

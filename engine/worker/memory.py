@@ -71,13 +71,37 @@ def is_oom(exc: BaseException) -> bool:
 
 
 _ASKED = re.compile(r"Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)")
+_CARD_FREE = re.compile(r"of which ([\d.]+) (B|KiB|MiB|GiB|TiB) is free")
+_UNALLOCATED = re.compile(r"([\d.]+) (B|KiB|MiB|GiB|TiB) is reserved by PyTorch but unallocated")
 _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def _bytes_named(pattern: re.Pattern[str], text: str) -> int | None:
+    m = pattern.search(text)
+    return int(float(m.group(1)) * _UNITS[m.group(2)]) if m else None
 
 
 def asked_bytes(text: str) -> int | None:
     """The allocation size PyTorch's OOM message names (None when it names none)."""
-    m = _ASKED.search(text)
-    return int(float(m.group(1)) * _UNITS[m.group(2)]) if m else None
+    return _bytes_named(_ASKED, text)
+
+
+def oom_limit(text: str, asked: int | None, cap_allocator_bytes: int | None) -> str:
+    """Which limit an out-of-memory error met, from the figures PyTorch's message gives: the card (its free
+    memory below the request: other processes, or ours past their reservations), or the cap's allocator
+    limit, with how much of it sat reserved but unallocated (fragmentation the allocator could not give
+    back). "" where the message names neither."""
+    free = _bytes_named(_CARD_FREE, text)
+    unallocated = _bytes_named(_UNALLOCATED, text)
+    parts = []
+    if free is not None and asked is not None and free < asked:
+        parts.append(f"the card had {fmt_gib(free)} free")
+    elif cap_allocator_bytes:
+        parts.append(f"the cap's allocator limit {fmt_gib(cap_allocator_bytes)}"
+                     + (f" (card free {fmt_gib(free)})" if free is not None else ""))
+    if unallocated:
+        parts.append(f"{fmt_gib(unallocated)} reserved but unallocated")
+    return "; ".join(parts)
 
 
 def card_total() -> int | None:
@@ -107,7 +131,8 @@ def oom_message(exc: BaseException, where: str, side_name: str | None = None) ->
             f"{fmt_gib(in_use)} in use, card total {fmt_gib(total)}")
     if cap:
         text += f", cap {fmt_gib(cap)} ([run] gpu_memory_gb)"
-    return text
+    limit = oom_limit(str(exc), asked, CAP.get("allocator_bytes"))
+    return f"{text}: {limit}" if limit else text
 
 
 def oom_evidence(exc: BaseException) -> dict[str, Any]:
@@ -175,8 +200,9 @@ def apply_cap(job: EvalJob, device: Any) -> str:
     total = int(torch.cuda.mem_get_info(device)[1])
     cap = min(cap_bytes(gb) or total, total)
     outside = outside_allocator_bytes(device)
-    torch.cuda.set_per_process_memory_fraction(max(cap - outside, GIB // 4) / total, device)
-    CAP.update(bytes=cap, outside_bytes=outside)
+    allocator = max(cap - outside, GIB // 4)
+    torch.cuda.set_per_process_memory_fraction(allocator / total, device)
+    CAP.update(bytes=cap, outside_bytes=outside, allocator_bytes=allocator)
     return ""
 
 
@@ -763,8 +789,24 @@ def measure_reference(draw: Any, run: Any, flatten: Any, mem: dict[str, Any]) ->
     if top is not None:
         mem["reference_peak_bytes"] = top - before + int(mem.get("param_bytes", 0))
         REFERENCE_IO["peak_bytes"] = mem["reference_peak_bytes"]
+        REFERENCE_IO["held_peak_bytes"] = top  # everything on the device at that peak: both models included
     del inputs, outs
     release()
+
+
+def reservation_after_reference() -> int | None:
+    """What the evaluation is expected to hold at most, once the reference's own peak is measured: the
+    device's peak during that call (both models' parameters, the reference's inputs, outputs and library
+    workspaces) plus the rule's room beside it ((FACTOR - 1) x that peak + SLACK_BYTES), under the cap.
+    The estimate before the build counts on the meta device, which sees no cuDNN workspace and no
+    temporaries of fused kernels: on the H200 sweep 27 of 250 problems peaked above it (convolutions,
+    HuberLoss). None before the reference was measured."""
+    top, ref = REFERENCE_IO.get("held_peak_bytes"), REFERENCE_IO.get("peak_bytes")
+    if not top or not ref:
+        return None
+    need = int(top + (FACTOR - 1) * ref) + SLACK_BYTES
+    cap = CAP.get("bytes")
+    return min(need, int(cap)) if cap else need
 
 
 def park(values: list[Any], beside: list[Any] = ()) -> tuple[list[Any], bool]:

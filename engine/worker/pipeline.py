@@ -797,6 +797,20 @@ def _reservation_bytes(job: EvalJob, task: Any, init: list[Any], mem: dict[str, 
     return min(need, int(cap)) if cap else need
 
 
+def _grow_reservation(job: EvalJob, device: Any, mem: dict[str, Any]) -> None:
+    """Side by side with others, reserve what the reference's measured peak says the evaluation will hold
+    where that is more than the estimate (memory.reservation_after_reference), so a task whose estimate
+    was short does not take memory the ledger promised to another evaluation."""
+    if not job.gpu_lock_path or device.type != "cuda":
+        return
+    need = memory.reservation_after_reference()
+    if need is not None:
+        note = gpu_share.grow(need, _budget(job, device))
+        if note:
+            mem["note"] = "; ".join(n for n in (mem.get("note", ""), note) if n)
+    mem["reserved_bytes"] = gpu_share.reserved()
+
+
 def release_gpu() -> None:
     """Free this worker's device memory, then let the GPU lock and the memory reservation go. Memory the
     candidate still holds (a module-level cache) goes with the process: the reservation then stays until
@@ -816,6 +830,7 @@ def _acquire_gpu(job: EvalJob, task: Any, init: list[Any], device: Any, mem: dic
         return
     gpu_share.reserve(job.gpu_lock_path, _reservation_bytes(job, task, init, mem), _budget(job, device),
                       label=f"{job.mode} {memory.task_name(job.task_path)}")
+    mem["reserved_bytes"] = gpu_share.reserved()
     if exclusive:
         gpu_share.write(job.gpu_lock_path, "gpu_wait")
     else:
@@ -873,6 +888,7 @@ def evaluate(job: EvalJob, report: ReportDraft) -> None:
     phase("reference")  # the reference's own peak is the first step of the checks
     memory.measure_reference(lambda: make_inputs(task, job.seed, device, _float_dtype(job.precision)),
                              lambda inp: _run_reference(model, inp, device), flatten_outputs, mem)
+    _grow_reservation(job, device, mem)
     corr = correctness(job, task, model, model_new, device, findings)
     report.correctness = corr
     observe.checkpoint()
