@@ -72,16 +72,25 @@ CHECK_PHASES = ("place", "reference", "correctness", "kernels", "fallback", "cac
 GPU_PHASES = (*CHECK_PHASES, "timing")
 EXCLUSIVE_PHASES = ("timing", "profile")  # the phases that hold the GPU alone (a timed window, an ncu replay)
 HOLD_TOTALS = ("gpu_exclusive", "gpu_shared", "gpu_yields")  # the worker's lock-hold totals (gpu_share.seconds), not phases
+# Parts of the timing phase made side by side, before its window (draws, the timed check's expected outputs).
+SHARED_PARTS = ("timing.draws", "timing.expected")
 MAX_JOBS = 8
 
 
 def exclusive_and_shared(phases: dict[str, float]) -> tuple[float, float]:
-    """Seconds in the exclusive phases, and in the rest: waits (`*_wait`), sub-phases (`phase.part`,
-    already inside their phase) and the lock's hold totals (HOLD_TOTALS, spanning phases) count in neither."""
-    exclusive = sum(v for k, v in phases.items() if k in EXCLUSIVE_PHASES)
-    shared = sum(v for k, v in phases.items()
-                 if k not in EXCLUSIVE_PHASES and k not in HOLD_TOTALS and "." not in k and not k.endswith("_wait"))
-    return round(exclusive, 3), round(shared, 3)
+    """Seconds the evaluation held the GPU alone, and side by side. On a GPU these are the lock's own hold
+    totals (HOLD_TOTALS: gpu_exclusive, gpu_shared), as the worker measured them. Where no lock is held (the
+    CPU device), from the phases: the exclusive phases less their parts made before the window
+    (SHARED_PARTS), and the rest; waits (`*_wait`) and other sub-phases (`phase.part`, already inside
+    their phase) count in neither."""
+    if "gpu_exclusive" in phases:
+        return round(phases["gpu_exclusive"], 3), round(phases.get("gpu_shared", 0.0), 3)
+    before_window = sum(phases.get(k, 0.0) for k in SHARED_PARTS)
+    exclusive = sum(v for k, v in phases.items() if k in EXCLUSIVE_PHASES) - before_window
+    shared = before_window + sum(v for k, v in phases.items()
+                                 if k not in EXCLUSIVE_PHASES and k not in HOLD_TOTALS and "." not in k
+                                 and not k.endswith("_wait"))
+    return round(max(exclusive, 0.0), 3), round(shared, 3)
 
 
 def row_of(path: Path, result: Any, wall_s: float) -> dict[str, Any]:
@@ -92,6 +101,7 @@ def row_of(path: Path, result: Any, wall_s: float) -> dict[str, Any]:
     if ref and peak is not None:
         bound_ok = peak - GIB <= FACTOR * ref
     estimate = m.needed_bytes if m else None
+    reserved = m.reserved_bytes if m else None
     phases = result.phases or {}
     exclusive_s, shared_s = exclusive_and_shared(phases)
     return {
@@ -103,6 +113,9 @@ def row_of(path: Path, result: Any, wall_s: float) -> dict[str, Any]:
         "eval_peak_gib": round(peak / GIB, 3) if peak is not None else None,
         "estimate_gib": round(estimate / GIB, 3) if estimate else None,
         "estimate_ok": None if not estimate or peak is None else estimate >= peak,
+        # what the worker held in the card's ledger at the end (the estimate, grown after the reference)
+        "reserved_gib": round(reserved / GIB, 3) if reserved else None,
+        "reserved_ok": None if not reserved or peak is None else reserved >= peak,
         "process_peak_gib": round(m.process_peak_bytes / GIB, 3) if m and m.process_peak_bytes else None,
         "ratio": m.ratio if m else None, "bound_ok": bound_ok,
         "footprint_gib": round(m.footprint_bytes / GIB, 3) if m and m.footprint_bytes is not None else None,
@@ -116,6 +129,8 @@ def row_of(path: Path, result: Any, wall_s: float) -> dict[str, Any]:
         "exclusive_s": exclusive_s, "shared_s": shared_s,
         "wall_s": round(wall_s, 3),
         "message": "" if expected_verdict(result) else result.message[:300],
+        # where an unexpected verdict came from (a device call's rows are all there is to read afterwards)
+        "traceback": "" if expected_verdict(result) else "\n".join((result.traceback or "").splitlines()[-16:]),
         "phases": {k: round(v, 3) for k, v in phases.items()},
         # which step set the peak (the worker's phases, each from its own start)
         "phase_peak_gib": {k: round(v / GIB, 3) for k, v in (m.phase_peak_bytes if m else {}).items()},
@@ -126,10 +141,11 @@ def failed_row(path: Path, message: str, wall_s: float) -> dict[str, Any]:
     """A problem the sweep could not even submit (the app-side task check refused it)."""
     return {"problem": name_of(path), "level": path.parent.name, "outcome": "task_error", "correct": False,
             "expected": False, "does_not_fit": False, "reference_peak_gib": None, "eval_peak_gib": None,
-            "estimate_gib": None, "estimate_ok": None, "process_peak_gib": None,
+            "estimate_gib": None, "estimate_ok": None, "reserved_gib": None, "reserved_ok": None,
+            "process_peak_gib": None,
             "ratio": None, "bound_ok": None, "footprint_gib": None, "load_s": 0.0, "gpu_wait_s": 0.0,
             "correctness_s": 0.0, "timing_s": 0.0, "gpu_s": 0.0, "exclusive_s": 0.0, "shared_s": 0.0,
-            "wall_s": round(wall_s, 3), "message": message[:300], "phases": {}, "phase_peak_gib": {}}
+            "wall_s": round(wall_s, 3), "message": message[:300], "traceback": "", "phases": {}, "phase_peak_gib": {}}
 
 
 def format_row(r: dict[str, Any]) -> str:
@@ -140,6 +156,7 @@ def format_row(r: dict[str, Any]) -> str:
     return (f"{verdict} {r['problem'][:44]:44s} {r['outcome']:17s} correct={'y' if r['correct'] else 'n'} "
             f"ref {g(r['reference_peak_gib']):>6s} GiB  peak {g(r['eval_peak_gib']):>6s} GiB"
             f"{'' if r['estimate_ok'] is not False else ' !'} est {g(r['estimate_gib']):>6s} GiB"
+            f"{'' if r.get('reserved_ok') is not False else ' !'} reserved {g(r.get('reserved_gib')):>6s} GiB"
             f"  ratio {g(r['ratio']):>5s}"
             f"  load {r['load_s']:.1f}s checks {r['correctness_s']:.1f}s time {r['timing_s']:.1f}s gpu {r['gpu_s']:.1f}s"
             f" alone {r.get('exclusive_s', 0.0):.1f}s shared {r.get('shared_s', 0.0):.1f}s"
@@ -152,7 +169,7 @@ def summarize(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     for r in rows:
         lv = levels.setdefault(r["level"], {"problems": 0, "correct": 0, "expected": 0, "does_not_fit": 0, "oom": 0,
                                             "unavailable": 0, "task_error": 0, "bound_violations": 0,
-                                            "estimate_below_peak": 0, "max_ratio": 0.0,
+                                            "estimate_below_peak": 0, "reserved_below_peak": 0, "max_ratio": 0.0,
                                             "exclusive_s": 0.0, "shared_s": 0.0})
         lv["problems"] += 1
         lv["correct"] += r["correct"]
@@ -163,6 +180,7 @@ def summarize(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
         lv["task_error"] += r["outcome"] == "task_error"
         lv["bound_violations"] += r["bound_ok"] is False
         lv["estimate_below_peak"] += r.get("estimate_ok") is False
+        lv["reserved_below_peak"] += r.get("reserved_ok") is False
         lv["exclusive_s"] = round(lv["exclusive_s"] + r.get("exclusive_s", 0.0), 3)
         lv["shared_s"] = round(lv["shared_s"] + r.get("shared_s", 0.0), 3)
         if r["ratio"] is not None:
@@ -177,12 +195,13 @@ def summarize(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
 
 def format_summary(summary: dict[str, Any]) -> str:
     lines = [f"{'level':8s} {'problems':>8s} {'correct':>8s} {'expected':>8s} {'no-fit':>7s} {'oom':>4s} "
-             f"{'unavail':>7s} {'task_err':>8s} {f'bound>{FACTOR:g}x':>9s} {'est<peak':>8s} {'max ratio':>9s} "
+             f"{'unavail':>7s} {'task_err':>8s} {f'bound>{FACTOR:g}x':>9s} {'est<peak':>8s} {'rsv<peak':>8s} {'max ratio':>9s} "
              f"{'excl s':>8s} {'shared s':>8s}"]
     for name, lv in sorted(summary["levels"].items()):
         lines.append(f"{name:8s} {lv['problems']:8d} {lv['correct']:8d} {lv['expected']:8d} {lv['does_not_fit']:7d} "
                      f"{lv['oom']:4d} {lv['unavailable']:7d} {lv['task_error']:8d} {lv['bound_violations']:9d} "
-                     f"{lv['estimate_below_peak']:8d} {lv['max_ratio']:9.2f} {lv['exclusive_s']:8.1f} "
+                     f"{lv['estimate_below_peak']:8d} {lv.get('reserved_below_peak', 0):8d} {lv['max_ratio']:9.2f} "
+                     f"{lv['exclusive_s']:8.1f} "
                      f"{lv['shared_s']:8.1f}")
     lines.append(f"{summary['problems']} problems in {summary['wall_s']:.1f} s wall: "
                  f"{summary['evaluations_per_minute']} evaluations/minute")

@@ -188,6 +188,7 @@ def main() -> int:
     ap.add_argument("--json", default="")
     ap.add_argument("--cache-dir", default="")
     ap.add_argument("--parallel", type=int, default=1, help="evaluations in flight (1: one at a time)")
+    ap.add_argument("--seed", type=int, default=0, help="do_bench's model and input seed (the engine draws its own)")
     args = ap.parse_args()
     if args.parallel < 1 or args.repeats < 1:
         print("--parallel and --repeats must be at least 1", file=sys.stderr)
@@ -202,7 +203,7 @@ def main() -> int:
     bench = {}
     for name in tasks:
         try:
-            bench[name] = do_bench_speedup(name, options.seed)
+            bench[name] = do_bench_speedup(name, args.seed)
         except Exception as exc:  # noqa: BLE001 - reported in the table, the others still run
             print(f"do_bench {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
     rows = summarize(engine, bench)
