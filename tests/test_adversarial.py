@@ -86,6 +86,20 @@ def test_hack_is_rejected_with_its_finding(cpu_options, honest: EvalResult, name
         assert r.message.startswith("integrity:")
 
 
+def test_a_candidate_changing_the_weights_it_shares_is_stopped_before_the_reference_uses_them(
+        cpu_options, honest: EvalResult) -> None:
+    """zeroes_shared_bias.py zeroes the bias it shares with the reference (one copy of the weights on the
+    device, engine/worker/shared_weights.py) and skips adding it, so a reference computing afterwards with
+    the same memory would agree with it. The fingerprints after its first call end the evaluation there:
+    no correctness record, a failing weights_mutation."""
+    r = evaluate(cpu_options, "zeroes_shared_bias.py")
+    assert r.outcome == "integrity_failure" and not r.accepted, describe(r)
+    assert "weights_mutation" in names(r, "fail") and r.message.startswith("integrity:"), describe(r)
+    f = next(f for f in r.findings if f.name == "weights_mutation")
+    assert f.evidence["tensors"] == ["bias"] and f.evidence["where"] == "ModelNew.forward", describe(r)
+    assert r.correctness is None and r.timing is None, describe(r)
+
+
 def test_pointer_cache_runtime_probe_needs_no_source_clue(cpu_options, honest: EvalResult) -> None:
     """cache_evasive.py has no static finding; the same-memory probe with sparse new values catches it."""
     assert source_findings_of("cache_evasive.py") == set()

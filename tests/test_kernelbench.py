@@ -270,6 +270,29 @@ def test_gpu_memory_bound_on_a_large_softmax(tmp_path: Path, gpu_options: EvalOp
 
 
 @pytest.mark.gpu
+def test_gpu_memory_bound_on_weights_that_dominate(tmp_path: Path, gpu_options: EvalOptions) -> None:
+    """tests/tasks/wide_weights at 4 GiB of weights (level2/55 on the H200: 8.34 GiB for a 4.09 GiB
+    reference, before the candidate's weights became views of the reference's): the rule holds, the weights
+    are shared, and the worker's reservation after the reference bounds the peak."""
+    from cudaforge.engine.candidate import Candidate
+    from cudaforge.engine.task import load_task
+
+    source = (Path(__file__).parent / "tasks" / "wide_weights" / "task.py").read_text()
+    source = source.replace("IN_FEATURES = 4096", "IN_FEATURES = 32768").replace("OUT_FEATURES = 8192", "OUT_FEATURES = 32768")
+    (tmp_path / "task.py").write_text(source)
+    task = load_task(tmp_path / "task.py")
+    cand = Candidate(source=source.replace("class Model(", "class ModelNew("), format="python")
+    result = asyncio.run(Evaluator(gpu_options).evaluate(task, cand))
+    assert result.correctness is not None and result.correctness.passed, result.message
+    assert not [f for f in result.findings if f.name == "weights_mutation"], result.findings
+    m = result.memory
+    assert m is not None and m.reference_peak_bytes and m.eval_peak_bytes, result.message
+    assert m.reference_peak_bytes >= 4 * memory.GIB, m
+    assert m.eval_peak_bytes - memory.GIB <= memory.FACTOR * m.reference_peak_bytes, m
+    assert m.reserved_bytes is None or m.reserved_bytes >= m.eval_peak_bytes, m
+
+
+@pytest.mark.gpu
 def test_gpu_task_that_cannot_fit_the_cap_is_said_before_the_build(tmp_path: Path, gpu_options: EvalOptions) -> None:
     from cudaforge.engine.candidate import Candidate
     from cudaforge.engine.task import load_task

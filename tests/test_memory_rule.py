@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
@@ -16,19 +17,26 @@ TASKS = Path(__file__).parent / "tasks"
 MIB = 1 << 20
 
 
-def test_wide_output_evaluation_peaks_within_the_rule(cpu_options: EvalOptions,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """A 256 KiB input, a 64 MiB output: before, the trials held the reference's output, its clone and the
-    candidate's at once (about 2 x the reference's peak); now one output is on the device at a time."""
+def _own_reference_evaluated(name: str, cpu_options: EvalOptions, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """tests/tasks/<name>'s own reference as the candidate, evaluated with the CPU accounting on; it must be
+    correct and timed."""
     from cudaforge.engine.candidate import Candidate
     from cudaforge.engine.task import load_task
 
     monkeypatch.setenv(memory.ACCOUNTING_ENV, "1")
-    task = TASKS / "wide_output" / "task.py"
+    task = TASKS / name / "task.py"
     cand = Candidate(source=task.read_text().replace("class Model(", "class ModelNew("), format="python")
     result = asyncio.run(Evaluator(cpu_options).evaluate(load_task(task), cand))
     assert result.correctness is not None and result.correctness.passed, result.message
     assert result.timing is not None, result.message
+    return result
+
+
+def test_wide_output_evaluation_peaks_within_the_rule(cpu_options: EvalOptions,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 256 KiB input, a 64 MiB output: before, the trials held the reference's output, its clone and the
+    candidate's at once (about 2 x the reference's peak); now one output is on the device at a time."""
+    result = _own_reference_evaluated("wide_output", cpu_options, monkeypatch)
     m = result.memory
     assert m is not None and m.reference_peak_bytes is not None and m.eval_peak_bytes is not None, m
     output = 64 * 1024 * 256 * 4
@@ -88,15 +96,7 @@ def test_wide_input_evaluation_peaks_within_the_rule(cpu_options: EvalOptions,
     timing draw would double the reference's own peak, so timing alternates one draw in place
     (runtime.FlippingDraw), and the timed outputs are still checked against the reference on the same
     content."""
-    from cudaforge.engine.candidate import Candidate
-    from cudaforge.engine.task import load_task
-
-    monkeypatch.setenv(memory.ACCOUNTING_ENV, "1")
-    task = TASKS / "wide_input" / "task.py"
-    cand = Candidate(source=task.read_text().replace("class Model(", "class ModelNew("), format="python")
-    result = asyncio.run(Evaluator(cpu_options).evaluate(load_task(task), cand))
-    assert result.correctness is not None and result.correctness.passed, result.message
-    assert result.timing is not None, result.message
+    result = _own_reference_evaluated("wide_input", cpu_options, monkeypatch)
     assert "flipped in place" in str(result.timing.settings.get("input_rotation")), result.timing.settings
     assert not [f for f in result.findings if f.name == "timing_output_mismatch"], result.findings
     m = result.memory
@@ -106,6 +106,73 @@ def test_wide_input_evaluation_peaks_within_the_rule(cpu_options: EvalOptions,
     # offset addresses for the new-memory probe). The rule, with the slices' temporaries for its slack.
     bound = memory.FACTOR * m.reference_peak_bytes + memory.SLICE_TEMP_BYTES
     assert m.eval_peak_bytes <= bound, (m.eval_peak_bytes / MIB, m.reference_peak_bytes / MIB)
+
+
+def test_weight_dominated_evaluation_peaks_within_the_rule(cpu_options: EvalOptions,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """128 MiB of weights, a 256 KiB input: the candidate's parameters are views of the reference's
+    (engine/worker/shared_weights.py), so the checks hold the weights once, not twice (level2/55 on the H200:
+    8.34 GiB for a reference peak of 4.09 GiB before)."""
+    result = _own_reference_evaluated("wide_weights", cpu_options, monkeypatch)
+    assert not [f for f in result.findings if f.name == "weights_mutation"], result.findings
+    m = result.memory
+    assert m is not None and m.reference_peak_bytes is not None and m.eval_peak_bytes is not None, m
+    weights = 8192 * 4096 * 4
+    assert weights <= m.reference_peak_bytes <= weights + 4 * MIB, m
+    bound = memory.FACTOR * m.reference_peak_bytes + memory.SLICE_TEMP_BYTES
+    # Every check from the reference's call on holds the weights once (before: about 2 x 128 MiB in each).
+    # On the CPU device ModelNew(...) itself makes the candidate's own weights on the device ('init',
+    # 'place', until they are shared); on a GPU it is built on the host and `place` moves what is not shared.
+    checks = {k: v for k, v in m.phase_peak_bytes.items() if k not in ("start", "load_task", "build", "init", "place")}
+    assert set(checks) >= {"reference", "correctness", "cache_probes", "timing", "shapes"}, m.phase_peak_bytes
+    assert max(checks.values()) <= bound, ({k: v / MIB for k, v in checks.items()}, m.reference_peak_bytes / MIB)
+
+
+def test_shared_weights_are_views_and_a_change_is_found() -> None:
+    """share(): same name and shape (and the dtype the candidate will be placed in) become views of the
+    reference's tensors; other names, shapes and a tensor the candidate put on a GPU itself stay its own. A
+    rebinding (`p.data = t`) leaves the reference's alone; an in-place change is a weights_mutation, and it
+    stands once found."""
+    import torch
+    from cudaforge.engine.worker import shared_weights
+    from torch import nn
+
+    class Ref(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(8, 4)
+            self.norm = nn.BatchNorm1d(4)
+
+    class Cand(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(8, 4)
+            self.norm = nn.BatchNorm1d(4)
+            self.extra = nn.Parameter(torch.zeros(3))
+            self.other = nn.Linear(4, 8)  # different names
+
+    ref, cand = Ref().eval(), Cand().eval()
+    shared = shared_weights.share(ref, cand)
+    assert set(shared.tensors) == {"lin.weight", "lin.bias", "norm.weight", "norm.bias", "norm.running_mean",
+                                   "norm.running_var", "norm.num_batches_tracked"}
+    assert cand.lin.weight.data_ptr() == ref.lin.weight.data_ptr()
+    assert cand.norm.running_mean.data_ptr() == ref.norm.running_mean.data_ptr()
+    assert cand.extra.data_ptr() != 0 and shared_weights.mutation_finding("x") is None
+    cand.lin.bias.data = torch.ones(4)  # rebinding its own: the reference's stays
+    assert shared_weights.mutation_finding("x") is None and not torch.equal(ref.lin.bias, torch.ones(4))
+    with torch.no_grad():
+        cand.lin.weight.mul_(0)  # in place: the reference's too
+    found = shared_weights.mutation_finding("ModelNew.forward")
+    assert found is not None and found.name == "weights_mutation" and found.severity == "fail"
+    assert "lin.weight" in found.message and found.evidence["tensors"] == ["lin.weight"]
+    shared_weights.SHARED.clear()
+    assert shared_weights.mutation_finding("later") is found  # it stands
+    shared_weights.SHARED.found = None
+    # fp16 placement: an fp32 candidate tensor is shared with an fp16 reference's
+    ref16 = Ref().half()
+    again = shared_weights.share(ref16, Cand(), torch.float16)
+    assert "lin.weight" in again.tensors
+    shared_weights.SHARED.clear()
 
 
 def test_flipping_draw_alternates_two_contents_in_place() -> None:

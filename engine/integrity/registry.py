@@ -61,6 +61,9 @@ _KINDS = (
     FindingKind("tensor_subclass_output", "fail",
                 "an output is a tensor subclass, which can compute lazily or on comparison", "runtime"),
     FindingKind("subclasses_reference", "fail", "ModelNew subclasses the reference Model", "runtime"),
+    FindingKind("weights_mutation", "fail",
+                "the candidate changed parameters or buffers it shares with the reference (one copy of the "
+                "weights on the device for both)", "runtime"),
     FindingKind("no_custom_kernel", "fail",
                 "no custom kernel launched and no extension function ran during forward", "runtime"),
     FindingKind("timing_output_mismatch", "fail",

@@ -46,6 +46,7 @@ def main(argv: list[str]) -> int:
         report.traceback = traceback.format_exc()
     except CandidateFailure as exc:
         report.outcome, report.message, report.traceback = exc.outcome, exc.message, exc.tb
+        report.findings.extend(exc.findings)
         report.note_build_failure(exc.log, exc.build_seconds)
     except Exception as exc:  # the worker must always report
         from cudaforge.engine.worker import memory

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import traceback
+from typing import Any
 
 
 class TaskFailure(Exception):
@@ -41,7 +42,8 @@ class CandidateFailure(Exception):
     """The candidate failed in a classified way; a failed build carries its log and its own duration."""
 
     def __init__(self, outcome: str, message: str, log: str = "", tb: str = "",
-                 build_seconds: float | None = None) -> None:
+                 build_seconds: float | None = None, findings: tuple[Any, ...] = ()) -> None:
         super().__init__(message)
         self.outcome, self.message, self.log, self.tb = outcome, message, log, tb
         self.build_seconds = build_seconds
+        self.findings = findings  # the findings that ended the evaluation (e.g. weights_mutation)

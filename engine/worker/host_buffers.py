@@ -99,4 +99,10 @@ def _count(t: Any) -> int:
     return int(_use_count()(t.untyped_storage()._cdata))
 
 
+def storage_holders(storage: Any) -> int | None:
+    """How many holders a storage handle's memory has, the handle included; None where torch cannot say."""
+    reader = _use_count()
+    return int(reader(storage._cdata)) if reader is not None else None
+
+
 POOL = HostBuffers()

@@ -466,6 +466,7 @@ class CpuAccounting:
         self.host_top = 0
         self.host_side = False
         self.mode: Any = None
+        self._serial = 0
 
     @contextlib.contextmanager
     def on_host(self) -> Iterator[None]:
@@ -507,7 +508,8 @@ class CpuAccounting:
                 if owner is not None:  # a second storage over counted memory (a DLPack re-wrap): its owner's
                     ptr, entry = owner, self.alive[owner]
             if entry is None:
-                entry = self.alive[ptr] = [nbytes, 0, int(self.host_side)]
+                self._serial += 1  # which allocation at this address: a finalizer of an earlier one is ignored
+                entry = self.alive[ptr] = [nbytes, 0, int(self.host_side), self._serial]
                 if self.host_side:
                     self.host_current += nbytes
                     self.host_top = max(self.host_top, self.host_current)
@@ -515,29 +517,48 @@ class CpuAccounting:
                     self.current += nbytes
                     self.top = max(self.top, self.current)
             entry[1] += 1
-            weakref.finalize(out, self._drop, ptr)
+            weakref.finalize(out, self._drop, ptr, entry[3])
 
     def _within(self, ptr: int, nbytes: int) -> int | None:
         """The counted allocation that holds [ptr, ptr + nbytes), if any."""
-        for start, (size, _, _) in self.alive.items():
+        for start, (size, *_) in self.alive.items():
             if start <= ptr and ptr + nbytes <= start + size:
                 return start
         return None
 
-    def _drop(self, ptr: int) -> None:
+    def _drop(self, ptr: int, serial: int) -> None:
         entry = self.alive.get(ptr)
-        if entry is None:
+        if entry is None or entry[3] != serial:
             return
         entry[1] -= 1
         if entry[1] <= 0:
-            del self.alive[ptr]
-            if entry[2]:
-                self.host_current -= entry[0]
-            else:
-                self.current -= entry[0]
+            self.forget(ptr)
+
+    def forget(self, ptr: int) -> None:
+        """Uncount the allocation at `ptr` now: its storage was let go while a tensor seen on it lives on
+        over other memory (`p.data = t`, shared_weights.py), whose finalizer will then find nothing."""
+        entry = self.alive.pop(ptr, None)
+        if entry is None:
+            return
+        if entry[2]:
+            self.host_current -= entry[0]
+        else:
+            self.current -= entry[0]
 
 
 CPU_ACCOUNTING = CpuAccounting()
+
+
+def storage_let_go(storage: Any) -> None:
+    """Where `storage` (a handle the caller took before rebinding the tensors on it) is held by nothing but
+    that handle, it is freed with it: the CPU device's accounting uncounts it now (a GPU's allocator needs
+    no telling)."""
+    if CPU_ACCOUNTING.mode is None or storage.device.type != "cpu":
+        return
+    from cudaforge.engine.worker.host_buffers import storage_holders
+
+    if storage_holders(storage) == 1:
+        CPU_ACCOUNTING.forget(storage.data_ptr())
 
 
 def start_accounting(device: Any) -> None:

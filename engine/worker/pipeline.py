@@ -27,7 +27,7 @@ from cudaforge.engine.results import (
     Timing,
     TrialCheck,
 )
-from cudaforge.engine.worker import gpu_share, memory, stream_capture, triton_support
+from cudaforge.engine.worker import gpu_share, memory, shared_weights, stream_capture, triton_support
 from cudaforge.engine.worker.compare import DEFAULT_TOLERANCE, compare_output, flatten_outputs
 from cudaforge.engine.worker.failures import CandidateFailure, TaskFailure
 from cudaforge.engine.worker.harness import (
@@ -228,7 +228,8 @@ def copy_parameters(model: Any, model_new: Any) -> list[str]:
         for name, value in new_state.items():
             src = ref_state.get(name)
             if src is not None and src.shape == value.shape:
-                value.copy_(src.to(value.dtype))
+                if value.data_ptr() != src.data_ptr() or value.dtype != src.dtype:  # else shared: the same memory
+                    value.copy_(src.to(value.dtype))
                 copied.append(name)
     return copied
 
@@ -426,7 +427,16 @@ def _run_candidate(model_new: Any, inputs: list[Any], device: Any) -> Any:
         raise CandidateFailure("crash", f"the candidate called sys.exit({exc.code}) in forward") from None
     except Exception as exc:
         raise classify_exception(exc, "ModelNew.forward") from None
+    check_shared_weights("ModelNew.forward")
     return out
+
+
+def check_shared_weights(where: str) -> None:
+    """End the evaluation with a failing `weights_mutation` where the candidate changed weights it shares
+    with the reference (shared_weights.py), before the reference computes with them again."""
+    found = shared_weights.mutation_finding(where)
+    if found is not None:
+        raise CandidateFailure("integrity_failure", f"integrity: {found.message}", findings=(found,))
 
 
 def check_custom_code(job: EvalJob, recorder: BuildRecorder, model_new: Any, draw: Any, device: Any,
@@ -717,6 +727,8 @@ def _evict(*models: Any) -> None:
     again): their parameters and buffers become empty tensors."""
     import torch
 
+    check_shared_weights("the checks")  # the last look at the shared weights: they go now
+    shared_weights.SHARED.clear()
     for m in models:
         with contextlib.suppress(Exception), torch.no_grad():
             for t in [*m.parameters(), *m.buffers()]:
@@ -732,6 +744,8 @@ def _place_both(job: EvalJob, model: Any, model_new: Any, device: Any) -> tuple[
             raise CandidateFailure("oom", memory.oom_message(exc, "moving Model to the device", "reference"),
                                    tb=traceback.format_exc()) from None
         raise TaskFailure(f"{job.task_path}: moving Model to the device raised {type(exc).__name__}: {exc}") from exc
+    # One copy of the weights: the candidate's matching ones become the reference's before it moves.
+    shared_weights.share(model, model_new, _float_dtype(job.precision))
     try:
         model_new = place(model_new, job, device)
     except Exception as exc:
@@ -913,6 +927,7 @@ def evaluate(job: EvalJob, report: ReportDraft) -> None:
     if device.type == "cuda" and reasons:  # only with a reason: a candidate on one stream pays nothing
         observe.checkpoint()
         capture_note = check_stream_capture(model_new, draw, device, reasons, findings)
+        check_shared_weights("the side-stream check")
     phase("fallback")
     observe.checkpoint()
     fallback = runtime_checks.fallback_finding(lambda inputs: _run_reference(model, inputs, device),
@@ -934,6 +949,7 @@ def evaluate(job: EvalJob, report: ReportDraft) -> None:
     observe.checkpoint()
     timed, report.speed_of_light = timing(job, task, model, model_new, device, findings, default_numerics,
                                           (corr.atol, corr.rtol))
+    check_shared_weights("the timed calls")
     if capture_note:  # what the side-stream check decided, beside the timing it protects
         timed = dataclasses.replace(timed, settings={**timed.settings, "stream_capture": capture_note})
     report.timing = timed
@@ -946,6 +962,7 @@ def evaluate(job: EvalJob, report: ReportDraft) -> None:
     findings.extend(f for f in (evidence.tampering_finding(identity, evidence.harness_identity()),
                                 evidence.threads_finding(extra_threads)) if f is not None)
     findings.extend(PRECISION.findings())
+    check_shared_weights("the checks")
     report.findings = streams.fold_hidden_work(findings)
     report.outcome = "ok"
 
