@@ -51,6 +51,7 @@ triton|3|gpu|Do Triton candidates time like do_bench, and how long is a Triton r
 sweep-level1|9|gpu,kernelbench|Does every KernelBench level-1 reference get its verdict under the memory cap: bench/kernelbench_sweep.py
 sweep-level2|9|gpu,kernelbench|The same for level 2
 sweep-level3|9|gpu,kernelbench|The same for level 3
+sweep-recheck|4|gpu,kernelbench|The same for the problems listed in bench/lists/sweep-recheck.txt (the last sweep's misses and outliers)
 batch|8|gpu,kernelbench,wheels|Do 4 sessions at once over the ten largest level-1 problems stay out of oom under the cap: bench/batch_largest.py
 tui|4|gpu,wheels|Does the workbench run a review session on the GPU, and how fast do keys render: bench/workbench_session.py
 sol|4|gpu|How far is each result from the speed of light: bench/speed_of_light.py (skipped where absent)
@@ -178,11 +179,13 @@ step() {
         triton)
             run triton.log "$STEP_LIMIT" "$PY" bench/triton_gpu.py --json "$OUT/triton_gpu.json"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 '^accepted' "$OUT/triton.log" | cut -c1-90)" ;;
-        sweep-level[123])
+        sweep-level[123]|sweep-recheck)
             [ -n "$KB" ] || { printf 'skipped\tno KernelBench folder (carry .kb/ or set KERNELBENCH_DIR)\n'; return; }
             name=$1; [ "$SHARD" != 1/1 ] && name="$1-${SHARD/\//of}"
+            local which=(--levels "${1#sweep-level}")
+            [ "$1" = sweep-recheck ] && which=(--list bench/lists/sweep-recheck.txt)
             rm -f "$OUT/$name.rows.jsonl"
-            run "$name.log" "$STEP_LIMIT" "$PY" bench/kernelbench_sweep.py "$KB" --levels "${1#sweep-level}" \
+            run "$name.log" "$STEP_LIMIT" "$PY" bench/kernelbench_sweep.py "$KB" "${which[@]}" \
                 --jobs "$JOBS" --gpu-memory-gb "$GPU_MEMORY_GB" --shard "$SHARD" --give-up-after 6 \
                 --json "$OUT/$name.json" --rows "$OUT/$name.rows.jsonl"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(sweep_line "$name")" ;;
