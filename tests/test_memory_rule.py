@@ -115,6 +115,8 @@ def test_weight_dominated_evaluation_peaks_within_the_rule(cpu_options: EvalOpti
     8.34 GiB for a reference peak of 4.09 GiB before)."""
     result = _own_reference_evaluated("wide_weights", cpu_options, monkeypatch)
     assert not [f for f in result.findings if f.name == "weights_mutation"], result.findings
+    # the fingerprints' cost is its own sub-phase wherever the candidate is called
+    assert {"correctness.shared_weights", "cache_probes.shared_weights"} <= set(result.phases), result.phases
     m = result.memory
     assert m is not None and m.reference_peak_bytes is not None and m.eval_peak_bytes is not None, m
     weights = 8192 * 4096 * 4

@@ -110,26 +110,50 @@ class Reservation:
         within `budget`, or alone); False after `timeout_s` without admission, the reservation as it was.
         Two processes that each wait to grow beside the other can both be refused for good: the caller
         gives up after its timeout rather than waiting for ever."""
-        start = time.monotonic()
+        if _until_admitted(self.lock_path, budget, lambda limit: self._try_resize(nbytes, limit), poll_s,
+                           timeout_s) is None:
+            return False
+        self.nbytes = int(nbytes)
+        return True
+
+    def _try_resize(self, nbytes: int, budget: int) -> bool:
         me = os.getpid()
-        while True:
-            limit = budget if isinstance(budget, int) else \
-                (budget() if any(e.pid != me for e in live_entries(self.lock_path)) else 0)
-            with _guard(self.lock_path):
-                entries = _live(_read(self.lock_path))
-                others = [e for e in entries if e.pid != me]
-                if not others or sum(e.nbytes for e in others) + nbytes <= limit:
-                    mine = next((e for e in entries if e.pid == me and e.nbytes == self.nbytes), None)
-                    if mine is not None:
-                        entries.remove(mine)
-                    entries.append(Entry(pid=me, start=process_start(me), nbytes=int(nbytes),
-                                         label=mine.label if mine else "", since=mine.since if mine else time.time()))
-                    _write(self.lock_path, entries)
-                    self.nbytes = int(nbytes)
-                    return True
-            if timeout_s is not None and time.monotonic() - start > timeout_s:
+        with _guard(self.lock_path):
+            entries = _live(_read(self.lock_path))
+            if not _admits(entries, nbytes, budget):
                 return False
-            time.sleep(poll_s)
+            mine = next((e for e in entries if e.pid == me and e.nbytes == self.nbytes), None)
+            if mine is not None:
+                entries.remove(mine)
+            entries.append(Entry(pid=me, start=process_start(me), nbytes=int(nbytes),
+                                 label=mine.label if mine else "", since=mine.since if mine else time.time()))
+            _write(self.lock_path, entries)
+            return True
+
+
+def _admits(entries: list[Entry], nbytes: int, budget: int) -> bool:
+    """The admission rule: `nbytes` of this process fit beside the other processes' live reservations within
+    `budget`, or no other process has one."""
+    me = os.getpid()
+    others = [e for e in entries if e.pid != me]
+    return not others or sum(e.nbytes for e in others) + nbytes <= budget
+
+
+def _until_admitted(lock_path: str | os.PathLike[str], budget: int | Callable[[], int],
+                    attempt: Callable[[int], bool], poll_s: float, timeout_s: float | None) -> float | None:
+    """Call `attempt(limit)` until it is admitted: the seconds that took, None after `timeout_s`. A callable
+    `budget` is asked outside the record's lock, and only while another process holds a reservation
+    (alone, no budget is needed)."""
+    start = time.monotonic()
+    me = os.getpid()
+    while True:
+        limit = budget if isinstance(budget, int) else \
+            (budget() if any(e.pid != me for e in live_entries(lock_path)) else 0)
+        if attempt(limit):
+            return time.monotonic() - start
+        if timeout_s is not None and time.monotonic() - start > timeout_s:
+            return None
+        time.sleep(poll_s)
 
 
 def try_reserve(lock_path: str | os.PathLike[str], nbytes: int, budget: int, label: str = "") -> bool:
@@ -139,8 +163,7 @@ def try_reserve(lock_path: str | os.PathLike[str], nbytes: int, budget: int, lab
     with _guard(lock_path):
         recorded = _read(lock_path)
         entries = _live(recorded)
-        others = [e for e in entries if e.pid != me]
-        ok = not others or sum(e.nbytes for e in others) + nbytes <= budget
+        ok = _admits(entries, nbytes, budget)
         if ok:
             entries.append(Entry(pid=me, start=process_start(me), nbytes=int(nbytes), label=label, since=time.time()))
         if ok or len(entries) != len(recorded):  # also drops the dead processes' entries
@@ -151,15 +174,9 @@ def try_reserve(lock_path: str | os.PathLike[str], nbytes: int, budget: int, lab
 def reserve(lock_path: str | os.PathLike[str], nbytes: int, budget: int | Callable[[], int], *, label: str = "",
             poll_s: float = 0.02, timeout_s: float | None = None) -> Reservation | None:
     """Wait until `nbytes` is admitted (see the module docstring) and return the reservation; None after
-    `timeout_s` without admission. A callable `budget` is asked outside the record's lock, and only while
-    another process holds a reservation (alone, no budget is needed)."""
-    start = time.monotonic()
-    me = os.getpid()
-    while True:
-        limit = budget if isinstance(budget, int) else \
-            (budget() if any(e.pid != me for e in live_entries(lock_path)) else 0)
-        if try_reserve(lock_path, nbytes, limit, label):
-            return Reservation(lock_path=os.fspath(lock_path), nbytes=int(nbytes), waited_s=time.monotonic() - start)
-        if timeout_s is not None and time.monotonic() - start > timeout_s:
-            return None
-        time.sleep(poll_s)
+    `timeout_s` without admission (_until_admitted)."""
+    waited = _until_admitted(lock_path, budget, lambda limit: try_reserve(lock_path, nbytes, limit, label), poll_s,
+                             timeout_s)
+    if waited is None:
+        return None
+    return Reservation(lock_path=os.fspath(lock_path), nbytes=int(nbytes), waited_s=waited)

@@ -90,10 +90,18 @@ def reserve(lock_path: str | None, nbytes: int, budget: Any, label: str = "") ->
         return
     from cudaforge.engine.gpu.ledger import reserve as ledger_reserve
 
-    release_hold()  # never wait for memory while holding the GPU: the holders ahead could not finish
+    with _waiting_for_memory():
+        _STATE["reservation"] = ledger_reserve(lock_path, nbytes, _cached(budget), label=label)
+
+
+@contextlib.contextmanager
+def _waiting_for_memory() -> Any:
+    """A wait for memory in the ledger: its own phase (memory_wait), and never while holding the GPU (the
+    holders ahead could not finish); the caller takes a hold again where it needs one."""
+    release_hold()
     resume = current_phase()
     phase("memory_wait")
-    _STATE["reservation"] = ledger_reserve(lock_path, nbytes, _cached(budget), label=label)
+    yield
     if resume and resume != "memory_wait":
         phase(resume)
 
@@ -117,13 +125,9 @@ def grow(nbytes: int, budget: Any, timeout_s: float = GROW_TIMEOUT_S) -> str:
         return ""
     hold = _STATE["hold"]
     kind, lock_path = (hold.kind, hold.lock_path) if hold is not None and hold.held else (None, None)
-    release_hold()  # never wait for memory while holding the GPU
-    resume = current_phase()
-    phase("memory_wait")
     before = reservation.nbytes
-    ok = reservation.resize(nbytes, _cached(budget), timeout_s=timeout_s)
-    if resume and resume != "memory_wait":
-        phase(resume)
+    with _waiting_for_memory():
+        ok = reservation.resize(nbytes, _cached(budget), timeout_s=timeout_s)
     if kind is not None:
         _switch(lock_path, kind, "gpu_wait")
     if ok:

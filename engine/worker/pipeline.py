@@ -434,7 +434,10 @@ def _run_candidate(model_new: Any, inputs: list[Any], device: Any) -> Any:
 def check_shared_weights(where: str) -> None:
     """End the evaluation with a failing `weights_mutation` where the candidate changed weights it shares
     with the reference (shared_weights.py), before the reference computes with them again."""
-    found = shared_weights.mutation_finding(where)
+    if not shared_weights.SHARED.watching:
+        return
+    with sub_phase("shared_weights"):  # the fingerprints' cost, beside each phase that calls the candidate
+        found = shared_weights.mutation_finding(where)
     if found is not None:
         raise CandidateFailure("integrity_failure", f"integrity: {found.message}", findings=(found,))
 

@@ -38,8 +38,10 @@ class SharedWeights:
         kept here), not a finding already made."""
         self.tensors, self.prints = {}, []
 
-    def nbytes(self) -> int:
-        return sum(int(t.numel()) * int(t.element_size()) for t in self.tensors.values())
+    @property
+    def watching(self) -> bool:
+        """Whether there is anything to check (shared tensors, or a finding that stands)."""
+        return bool(self.tensors) or self.found is not None
 
     def changed(self) -> list[str]:
         """The shared tensors whose content differs from when they were shared (names, sorted)."""
