@@ -29,6 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from cudaforge.engine.worker.gpu_share import HOLD_TOTALS  # the worker's lock-hold totals, not phases
 from cudaforge.engine.worker.memory import FACTOR
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,7 +72,6 @@ def expected_verdict(result: Any) -> bool:
 CHECK_PHASES = ("place", "reference", "correctness", "kernels", "fallback", "cache_probes", "shapes")
 GPU_PHASES = (*CHECK_PHASES, "timing")
 EXCLUSIVE_PHASES = ("timing", "profile")  # the phases that hold the GPU alone (a timed window, an ncu replay)
-HOLD_TOTALS = ("gpu_exclusive", "gpu_shared", "gpu_yields")  # the worker's lock-hold totals (gpu_share.seconds), not phases
 # Parts of the timing phase made side by side, before its window (draws, the timed check's expected outputs).
 SHARED_PARTS = ("timing.draws", "timing.expected")
 MAX_JOBS = 8

@@ -52,6 +52,7 @@ from cudaforge.engine.evaluation.profiler import Profiler
 from cudaforge.engine.profiling import NcuSettings
 from cudaforge.engine.results import EvalResult
 from cudaforge.engine.task import Task, load_task
+from cudaforge.engine.worker.gpu_share import HOLD_TOTALS
 from cudaforge.engine.worker.job import EvalJob
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,7 +136,7 @@ class NaiveProfiler(Profiler):
 CHECKS = ("place", "reference", "correctness", "kernels", "fallback", "cache_probes", "shapes")
 WAITS = ("gpu_wait", "context_wait", "memory_wait", "timing_wait")
 SPAWN_PARTS = ("python_start", "spare_wait", "spare_handoff", "start", "context", "finish")
-NOT_STEPS = ("gpu_shared", "gpu_exclusive", "gpu_yields")  # seconds holding the GPU, beside the steps
+NOT_STEPS = HOLD_TOTALS  # seconds holding the GPU (and counts), beside the steps
 ON_THE_PATH = ("spare_wait", "spare_handoff")  # a spare's records that are round time (its warm-up's are not)
 
 

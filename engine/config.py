@@ -62,6 +62,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "min_time_ms": Key(100.0, (int, float), minimum=0,
                            doc="timed GPU time per callable (at least): more calls for short kernels"),
         "max_trials": Key(1000, int, minimum=3, doc="timed calls of each callable (at most)"),
+        "max_time_ms": Key(400.0, (int, float), minimum=0,
+                           doc="timed GPU time per callable (about, at most): long kernels get fewer calls than "
+                               "`trials` (never under 10) and warm up for a quarter of it; 0 turns it off"),
         "host_trials": Key(20, int, minimum=3),
         "noise_threshold": Key(NOISE_THRESHOLD, (int, float), minimum=0,
                                doc="either side's IQR / median above this is noisy: re-measured, then `noisy_timing` "

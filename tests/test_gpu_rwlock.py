@@ -320,3 +320,32 @@ def test_the_worker_grows_its_reservation_without_holding_the_gpu_and_resumes_it
     finally:
         gpu_share.release_all()
     assert ledger.reserved_bytes(lock) == 0 and gpu_share.reserved() is None
+
+
+def test_a_timed_window_lets_the_gpu_go_for_a_side_by_side_step_and_takes_it_back(tmp_path: Path) -> None:
+    """gpu_share.side_by_side inside a write hold (a large sampled output's compare): another process's
+    reader waits while the window holds the GPU, comes in during the step, and the write hold is back
+    (that reader gone) once the step ends; outside a write hold it changes nothing."""
+    from cudaforge.engine.worker import gpu_share
+
+    lock = tmp_path / "gpu0.lock"
+    try:
+        gpu_share.read(str(lock))
+        first = gpu_share._STATE["hold"]
+        with gpu_share.side_by_side(str(lock)):
+            assert gpu_share._STATE["hold"] is first, "a read hold is left as it is"
+        gpu_share.write(str(lock))
+        reader = Actor(lock, rwlock.READ, 0.2, tmp_path / "r.json")
+        reader.wait_for("asked")
+        time.sleep(0.3)
+        assert "acquired" not in reader.record(), "a reader came in during the timed window"
+        with gpu_share.side_by_side(str(lock)):
+            assert gpu_share._STATE["hold"].kind == rwlock.READ
+            rec = reader.wait_for("acquired")
+        back_at = time.monotonic_ns()
+        assert gpu_share._STATE["hold"].kind == rwlock.WRITE and gpu_share._STATE["hold"].held
+        rec = reader.finish()
+        assert rec["released"] <= back_at, "the window came back while the reader still held the GPU"
+        assert gpu_share.seconds()["gpu_window_pauses"] == 1
+    finally:
+        gpu_share.release_all()

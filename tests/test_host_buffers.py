@@ -121,3 +121,20 @@ def test_host_copy_on_cuda_reuses_the_buffer_of_a_dropped_copy() -> None:
     finally:
         POOL.budget = budget
         POOL.trim()
+
+
+@pytest.mark.gpu
+def test_a_large_host_copy_goes_in_pieces_with_a_step_boundary_between_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """memory.host_copy of a tensor over COPY_PIECE_BYTES: the same bytes, and a step boundary
+    (observe.checkpoint: a waiting timed window goes first) after every piece."""
+    from cudaforge.engine import observe
+    from cudaforge.engine.worker import memory
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    monkeypatch.setattr(memory, "COPY_PIECE_BYTES", 4 * MIB)
+    seen: list[int] = []
+    monkeypatch.setattr(observe, "_CHECKPOINTS", [lambda: seen.append(1)])
+    value = torch.randn(10 * MIB // 4 + 3, device="cuda")  # 10 MiB and 12 bytes: three pieces
+    (copy,) = memory.host_copy([value])
+    assert copy.device.type == "cpu" and torch.equal(copy, value.cpu()) and len(seen) == 3

@@ -121,6 +121,7 @@ def test_oom_message_says_which_limit_was_met() -> None:
 
 def test_sliced_compare_equals_the_whole_tensor_compare(monkeypatch: pytest.MonkeyPatch) -> None:
     """The compare works in slices (no full-size temporaries); slicing must not change any verdict or number."""
+    from cudaforge.engine import observe
     from cudaforge.engine.worker import compare
 
     g = torch.Generator().manual_seed(0)
@@ -133,8 +134,11 @@ def test_sliced_compare_equals_the_whole_tensor_compare(monkeypatch: pytest.Monk
     got[5, 5] = float("inf")
     whole = compare_output(0, e, got, 1e-4, 1e-4)
     monkeypatch.setattr(compare, "_CHUNK", 7)
+    boundaries: list[int] = []  # a step boundary after each slice: a timed window waiting elsewhere goes first
+    monkeypatch.setattr(observe, "_CHECKPOINTS", [lambda: boundaries.append(1)])
     sliced = compare_output(0, e, got, 1e-4, 1e-4)
     assert repr(sliced) == repr(whole)  # repr: a NaN in `worst` is not equal to itself
+    assert len(boundaries) == -(-e.numel() // 7)
     assert whole.mismatches == 3 and whole.nonfinite_got == 2  # the NaN and the (matching) inf
     ints = torch.arange(100)
     assert compare_output(0, ints, ints.flip(0), 0, 0).mismatches == 100
@@ -290,6 +294,23 @@ def test_gpu_memory_bound_on_weights_that_dominate(tmp_path: Path, gpu_options: 
     assert m.reference_peak_bytes >= 4 * memory.GIB, m
     assert m.eval_peak_bytes - memory.GIB <= memory.FACTOR * m.reference_peak_bytes, m
     assert m.reserved_bytes is None or m.reserved_bytes >= m.eval_peak_bytes, m
+
+
+@pytest.mark.gpu
+def test_gpu_allocator_bound_holds_within_and_gives_the_fraction_back() -> None:
+    """memory.allocator_bound (the shape check's calls): an allocation over the bound fails inside it, the
+    same allocation succeeds once it is left."""
+    from cudaforge.engine.worker import memory
+
+    device = torch.device("cuda")
+    memory.release()
+    with memory.allocator_bound(device, memory.GIB), pytest.raises(torch.OutOfMemoryError):
+        torch.empty(2 * memory.GIB, dtype=torch.uint8, device=device)
+    memory.release()
+    big = torch.empty(2 * memory.GIB, dtype=torch.uint8, device=device)
+    assert big.numel() == 2 * memory.GIB
+    del big
+    memory.release()
 
 
 @pytest.mark.gpu

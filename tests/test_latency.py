@@ -415,6 +415,16 @@ def test_timer_warms_up_for_a_minimum_time_and_times_short_calls_longer() -> Non
     assert len(long["long"]) == 5  # 5 x 10 ms already exceed 20 ms: the minimum count stands
     fixed = timer.event_times({"short": call("short", 0.0002)}, warmup=1, trials=7)
     assert len(fixed["short"]) == 7  # without the time rules: the old fixed counts
+    # max_time_ms: a long pair warms up for a quarter of it (2 rounds of 2 x 10 ms, not 10) and is timed about
+    # max_time_ms per callable (100 ms / 10 ms = 10 trials, not 50); a short pair keeps its counts.
+    calls.clear()
+    calls.update(reference=0, candidate=0)
+    both = {"reference": call("reference", 0.01), "candidate": call("candidate", 0.01)}
+    bounded = timer.event_times(both, warmup=10, trials=50, min_time_ms=20.0, max_trials=400, max_time_ms=100.0)
+    assert [len(v) for v in bounded.values()] == [10, 10] and calls["reference"] == calls["candidate"] == 12, calls
+    calls["short"] = 0
+    quick = timer.event_times({"short": call("short", 0.0002)}, warmup=10, trials=50, max_time_ms=100.0)
+    assert len(quick["short"]) == 50 and calls["short"] == 60, calls
 
 
 # ------------------------------------------------------------------ the result at the report, the exit in the background

@@ -244,3 +244,56 @@ def test_the_timed_checks_tolerance_scale_makes_no_output_sized_temporary() -> N
     finally:
         counter.stop()
     assert counter.top < values.numel() * values.element_size() // 64, counter.top
+
+
+def test_workers_get_expandable_segments_unless_the_user_set_the_allocator(cpu_options: EvalOptions,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's allocator grows one mapping (no cached block split short of a large request under a cap);
+    the user's own PYTORCH_CUDA_ALLOC_CONF is passed on as it is."""
+    from cudaforge.engine.evaluation.evaluator import ALLOC_CONF
+
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    assert Evaluator(cpu_options).worker_env()["PYTORCH_CUDA_ALLOC_CONF"] == ALLOC_CONF == "expandable_segments:True"
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:512")
+    assert Evaluator(cpu_options).worker_env()["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:512"
+
+
+def test_the_shape_check_shares_the_smaller_models_weights_too() -> None:
+    """At the second set of sizes the new candidate's matching weights are views of the new reference's
+    (level3/2_ShallowWideMLP, 8 GiB of weights, peaked at 1.5x its reference in this check with two copies),
+    and a candidate changing them there is still found."""
+    import torch
+    from cudaforge.engine.integrity import runtime
+    from cudaforge.engine.worker import shared_weights
+    from cudaforge.engine.worker.harness import import_file
+    from cudaforge.engine.worker.pipeline import copy_parameters
+
+    path = TASKS / "wide_weights" / "task.py"
+    module = import_file(str(path), "wide_weights_task")
+    init = list(module.get_init_inputs())
+    seen: dict[str, Any] = {}
+
+    def run_candidate(cand: Any, inputs: list[Any]) -> Any:
+        seen["candidate"] = cand.projection.untyped_storage().data_ptr()
+        with torch.no_grad():
+            out = cand(*inputs)
+            cand.projection.mul_(2)  # changes what it shares
+        return out
+
+    def run_reference(ref: Any, inputs: list[Any]) -> Any:
+        seen["reference"] = ref.projection.untyped_storage().data_ptr()
+        with torch.no_grad():
+            return ref(*inputs)
+
+    try:
+        findings = runtime.shape_findings(
+            module, path.read_text(), str(path), init, module.Model(*init), module.Model(*init), module.Model,
+            prepare=lambda m: m, inputs_for=lambda variant: (torch.manual_seed(1), variant.get_inputs())[1],
+            run_reference=run_reference, run_candidate=run_candidate,
+            compare=lambda expected, got: "", copy_parameters=copy_parameters, seed=3,
+            share=lambda ref, cand: shared_weights.share(ref, cand))
+        assert findings == [], findings
+        assert seen["candidate"] == seen["reference"], "the smaller candidate holds its own copy of the weights"
+        assert shared_weights.SHARED.changed() == ["projection"]
+    finally:
+        shared_weights.SHARED.clear()

@@ -105,3 +105,30 @@ def test_a_stale_timed_output_fails_with_the_prepared_outputs() -> None:
     (finding,) = check.findings()
     assert finding.name == "timing_output_mismatch" and check.failures, check.failures
     assert 29 in [f["call"] for f in check.failures]  # the last timed call is always checked
+
+
+def test_a_large_outputs_compare_runs_side_by_side_and_still_fails_a_stale_output() -> None:
+    """Compares of at least `side_by_side_bytes` of expected output run inside `side_by_side` (the worker:
+    the window's exclusive hold let go), smaller ones do not; the verdict is the same either way."""
+    entered: list[int] = []
+
+    class Recording:
+        def __enter__(self) -> None:
+            entered.append(1)
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+    draws = [[torch.randn(64)], [torch.randn(64)]]  # 256-byte outputs
+    for threshold, side_by_side in ((256, True), (257, False)):
+        entered.clear()
+        candidate = Rotation(StaleAfter(honest=5), draws)
+        check = TimedOutputCheck(candidate, CountingScale(), torch.device("cpu"), atol=1e-5, rtol=1e-5,
+                                 compare=compare_output, protected=set(), sync=lambda: None,
+                                 numerics=(lambda: None, lambda: None), samples=3, to_host=memory.host_copy,
+                                 reference_mutates=False, side_by_side=Recording, side_by_side_bytes=threshold)
+        check.prepare()
+        _timed_window(check, candidate, trials=30)
+        assert len(entered) == (len(check.checked) if side_by_side else 0) == check.compared_side_by_side
+        (finding,) = check.findings()
+        assert finding.name == "timing_output_mismatch" and 29 in [f["call"] for f in check.failures]

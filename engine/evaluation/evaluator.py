@@ -173,6 +173,9 @@ def _with_app_phases(result: EvalResult, app: Mapping[str, float]) -> EvalResult
     return replace(result, phases=with_app_parts(result.phases, app))
 
 
+ALLOC_CONF = "expandable_segments:True"  # the workers' allocator settings unless the user set their own
+
+
 class Evaluator:
     """Runs evaluations in fresh sandboxed workers; their timed windows never overlap anything on the GPU
     (the per-GPU reader/writer lock, engine/gpu/rwlock.py).
@@ -340,6 +343,10 @@ class Evaluator:
         env["TORCH_EXTENSIONS_DIR"] = str(cache / "torch_extensions")
         env.update(triton_env(cache, self.options.device))
         env.setdefault("NCCL_NVLS_ENABLE", "0")
+        # Large blocks split by smaller requests left a cached 8 GiB block one allocation short under a cap:
+        # level3/31_VisionAttention ran out of memory at 24 GiB with 8 GiB reserved but unallocated (H200,
+        # 2026-12-03). Expandable segments grow one mapping instead; a user's own setting is kept.
+        env.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)
         return env
 
     def prepare(self, task: Task, candidate: Candidate, mode: str = "evaluate",

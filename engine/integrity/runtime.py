@@ -176,6 +176,10 @@ def fallback_finding(run_reference: Callable[[list[Any]], Any], run_candidate: C
 
 TIMED_SAMPLES = 3  # random timed calls checked besides the last one
 TF32_TOLERANCE = 1e-2
+# A sampled timed call's compare of at least this much expected output runs side by side, its window's
+# exclusive hold let go meanwhile: on the H200 sweep (2026-12-03) the four compares of a 6 GiB output, slices
+# moved over from the host, were 4.5 of the 4.9 s that level1/19_ReLU held the GPU alone.
+SIDE_BY_SIDE_BYTES = 256 << 20
 
 
 class FlippingDraw:
@@ -293,6 +297,12 @@ def _storages(values: list[Any]) -> set[int]:
     return {v.untyped_storage().data_ptr() for v in values if isinstance(v, torch.Tensor) and v.numel() > 0}
 
 
+def _tensor_bytes(values: list[Any]) -> int:
+    import torch
+
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+
 def _flat(out: Any) -> list[Any]:
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
@@ -307,7 +317,8 @@ class TimedOutputCheck:
     on them but the compares. Where the reference changes its inputs, before a sampled call (outside the
     timed window) the candidate's next inputs are copied and the reference computes the expected output
     from the copy, held until that call is compared. Right after a sampled call's end event, the device is
-    synchronized and the output compared. Outputs the reference returns from timed calls are overwritten
+    synchronized and the output compared; a large one's compare runs side by side (`side_by_side`: the
+    window's exclusive hold goes meanwhile and comes back before the next timed call). Outputs the reference returns from timed calls are overwritten
     (NaN) once their end event is recorded, and the expected outputs' device memory before it is freed, so
     a candidate handing back unwritten memory cannot find the reference's result in it.
     """
@@ -315,8 +326,14 @@ class TimedOutputCheck:
     def __init__(self, candidate: Rotation, reference_model: Any, device: Any, *, atol: float, rtol: float,
                  compare: Callable[..., Any], protected: set[int], sync: Callable[[], None],
                  numerics: tuple[Callable[[], Any], Callable[[], Any]], samples: int = TIMED_SAMPLES,
-                 to_host: Callable[[list[Any]], list[Any]] = list, reference_mutates: bool = True) -> None:
+                 to_host: Callable[[list[Any]], list[Any]] = list, reference_mutates: bool = True,
+                 side_by_side: Callable[[], Any] = contextlib.nullcontext,
+                 side_by_side_bytes: int = SIDE_BY_SIDE_BYTES) -> None:
         self.candidate, self.reference_model, self.device = candidate, reference_model, device
+        # A compare of at least `side_by_side_bytes` of expected output lets the window's exclusive hold go
+        # while it runs (the worker: gpu_share.side_by_side); smaller ones take less than the switch.
+        self.side_by_side, self.side_by_side_bytes = side_by_side, side_by_side_bytes
+        self.compared_side_by_side = 0
         self.to_host = to_host  # where the expected output waits for the timed call (the worker: pinned host)
         self.atol_for: list[float] = []
         # Whether the reference changes its inputs (the correctness trials saw it): only then does it get a copy.
@@ -406,14 +423,17 @@ class TimedOutputCheck:
         got = _flat(out)
         self.checked.append(index)
         reason = ""
-        if len(got) != len(expected):
-            reason = f"{len(got)} outputs instead of {len(expected)}"
-        else:
-            for k, (e, g) in enumerate(zip(expected, got, strict=True)):
-                check = self.compare(k, e, g, self.atol_for[k], self.rtol)
-                if not check.passed:
-                    reason = f"output {k}: {check.reason}"
-                    break
+        large = _tensor_bytes(expected) >= self.side_by_side_bytes
+        self.compared_side_by_side += large
+        with self.side_by_side() if large else contextlib.nullcontext():
+            if len(got) != len(expected):
+                reason = f"{len(got)} outputs instead of {len(expected)}"
+            else:
+                for k, (e, g) in enumerate(zip(expected, got, strict=True)):
+                    check = self.compare(k, e, g, self.atol_for[k], self.rtol)
+                    if not check.passed:
+                        reason = f"output {k}: {check.reason}"
+                        break
         if reason:
             self.failures.append({"call": index, "reason": reason})
         if _storages(got) & self.protected and not self.reference_aliases:  # timed inputs, reference parameters
@@ -647,7 +667,8 @@ def shape_findings(task: Any, source: str, path: str, init: list[Any], model: An
                    run_reference: Callable[[Any, list[Any]], Any], run_candidate: Callable[[Any, list[Any]], Any],
                    compare: Callable[[list[Any], list[Any]], str], copy_parameters: Callable[[Any, Any], Any],
                    seed: int, evict: Callable[[], None] = lambda: None,
-                   to_host: Callable[[list[Any]], list[Any]] = list) -> list[Finding]:
+                   to_host: Callable[[list[Any]], list[Any]] = list,
+                   share: Callable[[Any, Any], Any] = lambda reference, candidate: None) -> list[Finding]:
     """`shape_specialized` when the candidate is wrong, crashes or refuses at a second, smaller set of sizes
     at which the reference works; a `shape_check_skipped` note when the sizes cannot be changed.
 
@@ -656,7 +677,8 @@ def shape_findings(task: Any, source: str, path: str, init: list[Any], model: An
     worker's CandidateFailure on an exception in the candidate. `evict()` frees the full-size models'
     memory before models of the new sizes are built (they are not used again). One input set and one
     output on the device at a time: the reference's output waits on the host (`to_host`) while the
-    candidate runs on a second draw of the same seed (no clone).
+    candidate runs on a second draw of the same seed (no clone). `share(reference, candidate)` runs before
+    the new candidate is moved (the worker: its weights become the reference's, shared_weights.py).
     """
     constants = size_constants(task, source)
     if not constants:
@@ -682,7 +704,9 @@ def shape_findings(task: Any, source: str, path: str, init: list[Any], model: An
     try:
         if rebuild:
             torch.manual_seed(seed)
-            cand = prepare(candidate_cls(*new_init))
+            cand = candidate_cls(*new_init)
+            share(ref_model, cand)  # before it moves: the weights it shares with the reference exist once
+            cand = prepare(cand)
             copy_parameters(ref_model, cand)
         got = _flat(run_candidate(cand, inputs_for(variant)))  # the same seed: the reference's values
         reason = compare(expected, got)

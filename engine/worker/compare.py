@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 from cudaforge.engine import check_kernels
-from cudaforge.engine.observe import slice_elements
+from cudaforge.engine.observe import checkpoint, slice_elements
 from cudaforge.engine.results import OutputCheck, WorstElement
 
 _CHUNK: int | None = None  # elements per compared slice where set (tests); else observe.slice_elements
@@ -98,6 +98,7 @@ def _compare_in_slices(ef: Any, gf: Any, where: Any, work: Any, exact: bool, ato
         top_vals.append(values)
         top_idx.append(idx + start)
         del e, g, diff
+        checkpoint()  # a step boundary: a timed window waiting elsewhere goes first (no-op inside a window)
     return stats, torch.cat(top_vals), torch.cat(top_idx)
 
 

@@ -16,7 +16,8 @@ from typing import Any
 from cudaforge.engine.worker.harness import current_phase, phase
 
 _STATE: dict[str, Any] = {"hold": None, "reservation": None, "shared_s": 0.0, "exclusive_s": 0.0, "since": 0.0,
-                          "yields": 0}
+                          "yields": 0, "paused": 0}
+HOLD_TOTALS = ("gpu_exclusive", "gpu_shared", "gpu_yields", "gpu_window_pauses")  # seconds()' keys: no steps
 BUDGET_TTL_S = 1.0  # the card's budget is re-read at most this often while a reservation waits
 
 
@@ -70,6 +71,26 @@ def write(lock_path: str | None, wait_phase: str = "timing_wait") -> None:
     from cudaforge.engine.gpu.rwlock import WRITE
 
     _switch(lock_path, WRITE, wait_phase)
+
+
+@contextlib.contextmanager
+def side_by_side(lock_path: str | None) -> Any:
+    """Inside a timed window, a step that needs no GPU to itself (a large sampled output's compare, seconds
+    of host-to-device slices): the write hold goes (after a device sync) for a read hold, other evaluations'
+    side-by-side work runs beside it, and the write hold is taken back for the window's next timed call.
+    Outside a write hold it changes nothing."""
+    from cudaforge.engine.gpu.rwlock import WRITE
+
+    hold = _STATE["hold"]
+    if not lock_path or hold is None or not hold.held or hold.kind != WRITE:
+        yield
+        return
+    read(lock_path, "gpu_wait")
+    _STATE["paused"] += 1
+    try:
+        yield
+    finally:
+        write(lock_path, "timing_wait")
 
 
 def release_hold() -> None:
@@ -161,7 +182,7 @@ def seconds() -> dict[str, float]:
     """Seconds this worker held the GPU side by side (`gpu_shared`) and alone (`gpu_exclusive`) so far, the
     current hold included; empty when it never held it (the CPU device)."""
     totals = {"gpu_shared": _STATE["shared_s"], "gpu_exclusive": _STATE["exclusive_s"],
-              "gpu_yields": float(_STATE["yields"])}
+              "gpu_yields": float(_STATE["yields"]), "gpu_window_pauses": float(_STATE["paused"])}
     hold = _STATE["hold"]
     if hold is not None and hold.held:
         totals["gpu_exclusive" if hold.kind == "write" else "gpu_shared"] += time.monotonic() - _STATE["since"]

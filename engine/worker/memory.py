@@ -206,6 +206,36 @@ def apply_cap(job: EvalJob, device: Any) -> str:
     return ""
 
 
+def rule_allocator_bytes() -> int | None:
+    """The memory rule's bound on PyTorch's allocator once the reference's own peak is measured (FACTOR x
+    that peak + SLACK_BYTES), under the cap's allocator limit; None before."""
+    ref = REFERENCE_IO.get("peak_bytes")
+    if not ref:
+        return None
+    bound = int(FACTOR * ref) + SLACK_BYTES
+    limit = CAP.get("allocator_bytes")
+    return min(bound, int(limit)) if limit else bound
+
+
+@contextlib.contextmanager
+def allocator_bound(device: Any, nbytes: int | None) -> Iterator[None]:
+    """Within: PyTorch's allocator may hold at most `nbytes` of the device (its per-process fraction), so
+    cuDNN, whose algorithm search skips a plan whose workspace cannot be allocated, picks one that fits; the
+    fraction in force before (the cap's, else the whole card) comes back on leaving. CUDA only."""
+    if getattr(device, "type", "cpu") != "cuda" or not nbytes:
+        yield
+        return
+    import torch
+
+    total = int(torch.cuda.mem_get_info(device)[1])
+    before = int(CAP.get("allocator_bytes") or total)
+    torch.cuda.set_per_process_memory_fraction(min(int(nbytes), before) / total, device)
+    try:
+        yield
+    finally:
+        torch.cuda.set_per_process_memory_fraction(before / total, device)
+
+
 # ------------------------------------------------------------------ footprint and fit
 
 
@@ -688,11 +718,32 @@ def host_copy(values: list[Any], wait: bool = True) -> list[Any]:
             h = POOL.empty_like(v)
         if h is None:
             h = torch.empty_like(v, device="cpu")
-        h.copy_(v, non_blocking=True)
+        _copy_in_pieces(h, v, wait)
         out.append(h)
     if cuda and wait:
         torch.cuda.synchronize()
     return out
+
+
+COPY_PIECE_BYTES = 256 << 20  # a large host copy goes in pieces of this size, a step boundary between them
+
+
+def _copy_in_pieces(host: Any, device_tensor: Any, wait: bool) -> None:
+    """`host.copy_(device_tensor)`, a large contiguous one in pieces with a step boundary (observe.checkpoint)
+    between them where the caller waits for it anyway: a 6 GiB copy held the GPU as a reader for seconds, and
+    a timed window waiting elsewhere waited for all of it (on the H200 sweep of 2026-12-03 the windows' waits
+    for readers summed 645 s)."""
+    from cudaforge.engine import observe
+
+    nbytes = device_tensor.numel() * device_tensor.element_size()
+    if not wait or nbytes <= COPY_PIECE_BYTES or not (device_tensor.is_contiguous() and host.is_contiguous()):
+        host.copy_(device_tensor, non_blocking=True)
+        return
+    src, dst = device_tensor.reshape(-1), host.view(-1)
+    step = max(1, COPY_PIECE_BYTES // device_tensor.element_size())
+    for start in range(0, src.numel(), step):
+        dst[start:start + step].copy_(src[start:start + step], non_blocking=True)
+        observe.checkpoint()  # a yield syncs first: the pieces queued so far are done
 
 
 # ------------------------------------------------------------------ the worker's steps

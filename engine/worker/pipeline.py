@@ -415,7 +415,9 @@ def _run_reference(model: Any, inputs: list[Any], device: Any) -> Any:
 PRECISION = precision.PrecisionWatch()
 
 
-def _run_candidate(model_new: Any, inputs: list[Any], device: Any) -> Any:
+def _run_candidate(model_new: Any, inputs: list[Any], device: Any, check_weights: bool = True) -> Any:
+    """One candidate call; then the shared weights' check, unless the caller runs it itself (after a
+    profiled call: the fingerprints' own kernels are no candidate kernels)."""
     import torch
 
     try:
@@ -427,7 +429,8 @@ def _run_candidate(model_new: Any, inputs: list[Any], device: Any) -> Any:
         raise CandidateFailure("crash", f"the candidate called sys.exit({exc.code}) in forward") from None
     except Exception as exc:
         raise classify_exception(exc, "ModelNew.forward") from None
-    check_shared_weights("ModelNew.forward")
+    if check_weights:
+        check_shared_weights("ModelNew.forward")
     return out
 
 
@@ -463,7 +466,8 @@ def check_custom_code(job: EvalJob, recorder: BuildRecorder, model_new: Any, dra
         with observe.device_profile() as prof:
             marked.copy_(marker)
             torch.cuda.current_stream(device).synchronize()
-            _run_candidate(model_new, inputs, device)
+            _run_candidate(model_new, inputs, device, check_weights=False)
+        check_shared_weights("ModelNew.forward")  # outside the profile: its sums are not the candidate's
         del inputs, marker, marked
         with contextlib.suppress(Exception):  # unreadable records: the static warning alone gates the check
             stream_use = streams.off_stream_work(activities_of(prof))
@@ -573,7 +577,9 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
                                   *model.buffers()]),
         sync=REAL_CLOCKS["synchronize"] if device.type == "cuda" else (lambda: None),
         numerics=(set_reference_numerics, lambda: set_default_numerics(default_numerics)),
-        to_host=lambda values: memory.host_copy(values, wait=False),  # after() synchronizes before it compares
+        # Waited for, in pieces: before the window the copies' step boundaries let other windows go first.
+        to_host=lambda values: memory.host_copy(values),
+        side_by_side=lambda: gpu_share.side_by_side(job.gpu_lock_path),  # a large compare lets the GPU go
         reference_mutates=REFERENCE_SEEN["mutates"])
     compiled_note = None
     if "compile" in t.get("baselines", []):
@@ -601,6 +607,7 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
             samples, measurements = until_quiet(
                 lambda: timer.event_times(fns, int(t["warmup"]), int(t["trials"]), warmup_ms=float(t.get("warmup_ms", 0.0)),
                                           min_time_ms=float(t.get("min_time_ms", 0.0)),
+                                          max_time_ms=float(t.get("max_time_ms", 0.0)),
                                           max_trials=int(t["max_trials"]) if t.get("max_trials") else None, hooks=hooks),
                 threshold, int(t.get("noise_retries", 0)))
         if isinstance(draws, runtime_checks.FlippingDraw):
@@ -717,12 +724,32 @@ def shape_check(job: EvalJob, task: Any, init: list[Any], model: Any, model_new:
         return ""
 
     seed = job.seed + 40_000
+    bound = memory.rule_allocator_bytes()
+
+    def within_the_rule(call: Any) -> Any:
+        """A call of the check under the memory rule's allocator bound: at odd sizes cuDNN took workspaces
+        of several times the reference's peak (level3/45_UNetSoftmax: 4.29 GiB for a 0.68 GiB reference,
+        H200 2026-12-03). Where it runs out of memory there it runs again under the cap alone, as before,
+        so the bound never decides a verdict."""
+        try:
+            with memory.allocator_bound(device, bound):
+                return call()
+        except CandidateFailure as exc:
+            if exc.outcome != "oom":
+                raise
+        memory.release()
+        return call()
+
     return runtime_checks.shape_findings(
         task, Path(job.task_path).read_text(encoding="utf-8"), job.task_path, init, model, model_new,
         type(model_new), prepare=lambda m: place(m, job, device), inputs_for=lambda module: make_inputs(module, seed, device, float_dtype),
-        run_reference=lambda m, inp: _run_reference(m, inp, device),
-        run_candidate=lambda m, inp: _run_candidate(m, inp, device), compare=compare,
-        copy_parameters=copy_parameters, seed=seed, evict=lambda: _evict(model, model_new), to_host=memory.host_copy)
+        run_reference=lambda m, inp: within_the_rule(lambda: _run_reference(m, inp, device)),
+        run_candidate=lambda m, inp: within_the_rule(lambda: _run_candidate(m, inp, device)), compare=compare,
+        copy_parameters=copy_parameters, seed=seed, evict=lambda: _evict(model, model_new), to_host=memory.host_copy,
+        # One copy of the smaller models' weights too: at full size level3/2_ShallowWideMLP (8 GiB of weights)
+        # peaked at 12.07 GiB in this check with two copies (H200, 2026-12-03); their fingerprints are checked
+        # after the candidate's call as at full size.
+        share=lambda reference, candidate: shared_weights.share(reference, candidate, float_dtype))
 
 
 def _evict(*models: Any) -> None:
