@@ -227,13 +227,14 @@ def allocator_bound(device: Any, nbytes: int | None) -> Iterator[None]:
         return
     import torch
 
-    total = int(torch.cuda.mem_get_info(device)[1])
+    index = device.index if device.index is not None else torch.cuda.current_device()  # the fraction wants one
+    total = int(torch.cuda.mem_get_info(index)[1])
     before = int(CAP.get("allocator_bytes") or total)
-    torch.cuda.set_per_process_memory_fraction(min(int(nbytes), before) / total, device)
+    torch.cuda.set_per_process_memory_fraction(min(int(nbytes), before) / total, index)
     try:
         yield
     finally:
-        torch.cuda.set_per_process_memory_fraction(before / total, device)
+        torch.cuda.set_per_process_memory_fraction(before / total, index)
 
 
 # ------------------------------------------------------------------ footprint and fit
