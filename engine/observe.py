@@ -23,6 +23,13 @@ DEVICE_CHUNK_ELEMENTS = 1 << 22  # the same on a GPU: each slice costs ~20 kerne
 EXT_RANGE = "cudaforge_ext::"  # profiler label of extension-function calls while a BuildRecorder's `label_calls` is set
 
 
+def tensor_bytes(values: Any) -> int:
+    """Bytes of the tensors among `values` (an iterable; other values count nothing)."""
+    import torch
+
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+
 def slice_elements(device: Any) -> int:
     """Elements per slice of a whole-tensor pass over a tensor on `device` (a torch.device or its type)."""
     kind = getattr(device, "type", device)

@@ -15,10 +15,11 @@ and `sol_fraction` are absent and `note` says so.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from cudaforge.engine.observe import tensor_bytes
 from cudaforge.engine.results import Peaks, SpeedOfLight
 
 # A TF32 product keeps 10 mantissa bits: one unit in the last place is 2^-10 of the value. A tolerance
@@ -84,12 +85,6 @@ def floor(work: SpeedOfLight, peaks: Peaks | None, precision: str, atol: float, 
                    candidate_ms=candidate_ms, sol_fraction=fraction, gpu=peaks.gpu, note="; ".join(notes))
 
 
-def _tensor_bytes(values: Iterator[Any] | Sequence[Any]) -> int:
-    import torch
-
-    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
-
-
 def _flatten(out: Any) -> list[Any]:
     if isinstance(out, (list, tuple)):
         return [t for o in out for t in _flatten(o)]
@@ -100,7 +95,7 @@ def read_bytes(model: Any, inputs: Sequence[Any]) -> tuple[int, int]:
     """(input bytes, parameter and buffer bytes) of one reference call, as count_work counts them: also what
     says whether a count made elsewhere (the app's, on the meta device) is of these inputs and parameters."""
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-    return _tensor_bytes(inputs), _tensor_bytes(state.values())
+    return tensor_bytes(inputs), tensor_bytes(state.values())
 
 
 def count_work(model: Any, inputs: Sequence[Any], *, real_output_bytes: Callable[[], int] | None = None,
@@ -126,7 +121,7 @@ def count_work(model: Any, inputs: Sequence[Any], *, real_output_bytes: Callable
         with torch.no_grad(), torch.device("meta"), quiet_meta or contextlib.nullcontext(), counter:
             out = functional_call(model, {k: meta(v) for k, v in state.items()}, tuple(meta(x) for x in inputs))
         return SpeedOfLight(input_bytes=input_bytes, param_bytes=param_bytes,
-                            output_bytes=_tensor_bytes(_flatten(out)), flops=int(counter.get_total_flops()))
+                            output_bytes=tensor_bytes(_flatten(out)), flops=int(counter.get_total_flops()))
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [""])[0][:120]
         return SpeedOfLight(input_bytes=input_bytes, param_bytes=param_bytes,

@@ -35,6 +35,7 @@ from cudaforge.engine.observe import (
     device_profile,
     host_profile,
     slice_elements,
+    tensor_bytes,
 )
 from cudaforge.engine.results import Finding, KernelLaunch
 
@@ -297,12 +298,6 @@ def _storages(values: list[Any]) -> set[int]:
     return {v.untyped_storage().data_ptr() for v in values if isinstance(v, torch.Tensor) and v.numel() > 0}
 
 
-def _tensor_bytes(values: list[Any]) -> int:
-    import torch
-
-    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
-
-
 def _flat(out: Any) -> list[Any]:
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
@@ -423,7 +418,7 @@ class TimedOutputCheck:
         got = _flat(out)
         self.checked.append(index)
         reason = ""
-        large = _tensor_bytes(expected) >= self.side_by_side_bytes
+        large = tensor_bytes(expected) >= self.side_by_side_bytes
         self.compared_side_by_side += large
         with self.side_by_side() if large else contextlib.nullcontext():
             if len(got) != len(expected):
