@@ -422,6 +422,9 @@ def test_timer_warms_up_for_a_minimum_time_and_times_short_calls_longer() -> Non
     both = {"reference": call("reference", 0.01), "candidate": call("candidate", 0.01)}
     bounded = timer.event_times(both, warmup=10, trials=50, min_time_ms=20.0, max_trials=400, max_time_ms=100.0)
     assert [len(v) for v in bounded.values()] == [10, 10] and calls["reference"] == calls["candidate"] == 12, calls
+    calls.update(reference=0, candidate=0)  # the cap holds without min_time_ms too
+    alone = timer.event_times(both, warmup=10, trials=50, max_time_ms=100.0)
+    assert [len(v) for v in alone.values()] == [10, 10] and calls["reference"] == calls["candidate"] == 12, calls
     calls["short"] = 0
     quick = timer.event_times({"short": call("short", 0.0002)}, warmup=10, trials=50, max_time_ms=100.0)
     assert len(quick["short"]) == 50 and calls["short"] == 60, calls

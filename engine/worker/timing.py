@@ -168,12 +168,12 @@ class Timer:
             if warmup_ms > 0 and rounds % 8 == 0:
                 self._sync()  # keep the host from racing ahead of the device
         self._sync()
-        if min_time_ms > 0 and rounds > 0:
-            per_call_ms = (self._perf() - start) * 1e3 / (rounds * len(names))
-            wanted = math.ceil(min_time_ms / max(per_call_ms, 1e-6))
+        per_call_ms = max((self._perf() - start) * 1e3 / (rounds * len(names)), 1e-6) if rounds else None
+        if min_time_ms > 0 and per_call_ms is not None:
+            wanted = math.ceil(min_time_ms / per_call_ms)
             trials = max(trials, min(wanted, max_trials or wanted))
-            if max_time_ms > 0:
-                trials = min(trials, max(min(trials, MIN_TRIALS), math.floor(max_time_ms / max(per_call_ms, 1e-6))))
+        if max_time_ms > 0 and per_call_ms is not None:  # whether or not min_time_ms is set
+            trials = min(trials, max(min(trials, MIN_TRIALS), math.floor(max_time_ms / per_call_ms)))
         samples: dict[str, list[float]] = {n: [] for n in names}
         if hooks is not None:
             hooks.begin(trials)
