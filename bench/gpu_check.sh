@@ -16,6 +16,10 @@
 #   PYTHON           the interpreter (python3)
 #   JOBS             evaluations in flight for the sweeps (8); GPU_MEMORY_GB their per-worker cap (24)
 #   SHARD            K/N: only every N-th problem of a sweep, from the K-th (1/1)
+#   ORDER_FROM       earlier sweeps' rows files: the sweeps run the longest problems first by their walls there
+#                    (default: the committed rows of sessions 11 and up, bench/results/*-s1?-*sweep-level*.rows.jsonl;
+#                    "none": the problems' own order)
+#   TRACE_PROBLEM    the problem of the peak-trace step (level1/97_ScaledDotProductAttention)
 #   SOL_START        the first level-1 problem of the sol step (1; it ends at 20); SOL_NO_EXAMPLES=1 skips
 #                    the examples (evaluated one at a time first, about 10 s each in a fresh worker)
 #   STEP_LIMIT       seconds a step may run (500; the call also installs the package first)
@@ -34,6 +38,8 @@ JOBS=${JOBS:-8}
 GPU_MEMORY_GB=${GPU_MEMORY_GB:-24}
 SHARD=${SHARD:-1/1}
 SOL_START=${SOL_START:-1}
+ORDER_FROM=${ORDER_FROM:-$(ls bench/results/*-s1[1-9]-*sweep-level*.rows.jsonl 2>/dev/null | tr '\n' ' ')}
+[ "$ORDER_FROM" = none ] && ORDER_FROM=""
 STEP_LIMIT=${STEP_LIMIT:-500}
 STEP_LIMITS=${STEP_LIMITS:-}
 TEST_WORKERS=${TEST_WORKERS:-4}
@@ -55,7 +61,8 @@ sweep-recheck|4|gpu,kernelbench|The same for the problems listed in bench/lists/
 batch|8|gpu,kernelbench,wheels|Do 4 sessions at once over the ten largest level-1 problems stay out of oom under the cap: bench/batch_largest.py
 tui|4|gpu,wheels|Does the workbench run a review session on the GPU, and how fast do keys render: bench/workbench_session.py
 sol|4|gpu|How far is each result from the speed of light: bench/speed_of_light.py (skipped where absent)
-host-copy|1|gpu|How fast is a 2 GiB device-to-host copy into new memory and into a reused buffer: bench/host_copy_bench.py"
+host-copy|1|gpu|How fast is a 2 GiB device-to-host copy into new memory, a reused buffer and a page-locked one: bench/host_copy_bench.py
+peak-trace|2|gpu,kernelbench|Which tensors make one problem's peak (TRACE_PROBLEM, level1/97 by default): cudaforge eval with the allocator's history, bench/peak_trace.py"
 
 list_steps() {
     printf '%-16s %-4s %-24s %s\n' step min needs "question"
@@ -185,8 +192,10 @@ step() {
             local which=(--levels "${1#sweep-level}")
             [ "$1" = sweep-recheck ] && which=(--list bench/lists/sweep-recheck.txt)
             rm -f "$OUT/$name.rows.jsonl"
+            # shellcheck disable=SC2086
             run "$name.log" "$STEP_LIMIT" "$PY" bench/kernelbench_sweep.py "$KB" "${which[@]}" \
                 --jobs "$JOBS" --gpu-memory-gb "$GPU_MEMORY_GB" --shard "$SHARD" --give-up-after 6 \
+                ${ORDER_FROM:+--order-from $ORDER_FROM} \
                 --json "$OUT/$name.json" --rows "$OUT/$name.rows.jsonl"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(sweep_line "$name")" ;;
         batch)
@@ -206,6 +215,11 @@ step() {
                 ${SOL_NO_EXAMPLES:+--no-examples} --parallel "$JOBS" --json "$OUT/speed_of_light.json" \
                 --rows "$OUT/sol.rows.jsonl"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/sol.log")" ;;
+        peak-trace)
+            [ -n "$KB" ] || { printf 'skipped\tno KernelBench folder (carry .kb/ or set KERNELBENCH_DIR)\n'; return; }
+            run peak_trace.log "$STEP_LIMIT" "$PY" bench/peak_trace.py "$KB/${TRACE_PROBLEM:-level1/97_ScaledDotProductAttention}.py" \
+                --gpu-memory-gb "$GPU_MEMORY_GB" --out "$OUT/peak_trace"; rc=$?
+            printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 '^ratio' "$OUT/peak_trace.log" | cut -c1-90)" ;;
         host-copy)
             run host_copy.log "$STEP_LIMIT" "$PY" bench/host_copy_bench.py --gib 2 --json "$OUT/host_copy.json"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/host_copy.log")" ;;

@@ -3,7 +3,8 @@
 show it coming back.
 
 On CUDA, device-to-host through the worker's own memory.host_copy, with the pool off (every copy in new
-pageable memory, as before) and on. On the CPU device, host-to-host copies into new memory and into a
+pageable memory), on with pageable buffers, and on with page-locked ones (the worker's setting), and each
+copy back to the device as a compare's slices take it (the "host to device" rows). On the CPU device, host-to-host copies into new memory and into a
 reused buffer (the same page-fault cost, without a GPU).
 
     python bench/host_copy_bench.py                     # 1 GiB, 4 copies each way, on CUDA when there is one
@@ -30,16 +31,22 @@ def _cuda_rates(nbytes: int, copies: int) -> dict[str, list[float]]:
     source = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
     torch.cuda.synchronize()
     rates: dict[str, list[float]] = {}
-    for label, budget in (("new memory", 0), ("reused buffer", 2 * nbytes)):
-        POOL.budget = budget
+    for label, budget, pin in (("new memory", 0, False), ("reused buffer", 2 * nbytes, False),
+                               ("page-locked buffer", 2 * nbytes, True)):
+        POOL.budget, POOL.pin = budget, pin
         POOL.trim()
         rates[label] = []
+        back = rates[f"{label}, host to device"] = []
         for _ in range(copies):
             start = time.perf_counter()
             (host,) = memory.host_copy([source])  # waits for the copy
             rates[label].append(nbytes / GIB / (time.perf_counter() - start))
-            del host  # as a correctness trial drops its expected output before the next
-    POOL.budget = 0
+            start = time.perf_counter()
+            again = host.to("cuda", non_blocking=True)  # as a compare's slices come back
+            torch.cuda.synchronize()
+            back.append(nbytes / GIB / (time.perf_counter() - start))
+            del host, again  # as a correctness trial drops its expected output before the next
+    POOL.budget, POOL.pin = 0, False
     POOL.trim()
     return rates
 
@@ -90,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {label} | " + " | ".join(f"{v:.2f}" for v in values) + f" | {later:.2f} |")
     new, reused = summary["median_new_memory"], summary["median_reused_buffer"]
     print(f"reused buffers: {reused / new:.2f}x the rate of new memory (copies 2+)")
+    if "median_page-locked_buffer" in summary:
+        locked = summary["median_page-locked_buffer"]
+        print(f"page-locked buffers: {locked / reused:.2f}x the rate of reused pageable ones (copies 2+)")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(summary, fh, indent=2)

@@ -138,3 +138,48 @@ def test_a_large_host_copy_goes_in_pieces_with_a_step_boundary_between_them(monk
     value = torch.randn(10 * MIB // 4 + 3, device="cuda")  # 10 MiB and 12 bytes: three pieces
     (copy,) = memory.host_copy([value])
     assert copy.device.type == "cpu" and torch.equal(copy, value.cpu()) and len(seen) == 3
+
+
+def test_without_cuda_a_pinning_pool_keeps_its_buffers_pageable() -> None:
+    """`pin` asks for page-locked buffers; where CUDA cannot lock them (this CPU machine) the copies still
+    land, in pageable memory, and nothing is counted as locked."""
+    if torch.cuda.is_available():
+        pytest.skip("the CUDA case is the GPU test below")
+    pool = HostBuffers(budget=64 * MIB, pin=True)
+    value = torch.randn(1024, 1024)
+    first = _copy(pool, value)
+    assert torch.equal(first, value) and pool.locked == 0 and not pool.buffers[0].locked
+    del first
+    pool.trim()
+    assert pool.buffers == []
+
+
+@pytest.mark.gpu
+def test_host_copy_on_cuda_page_locks_its_buffer_once_and_unlocks_it_when_dropped() -> None:
+    """The worker's pool (pin=True on CUDA): a large copy's buffer is page-locked (PyTorch sees it as
+    pinned, so copies to and from it are DMA), a second copy reuses it without locking again, a compare
+    against the locked copy reads the right values, and trim() unlocks it before letting it go."""
+    from cudaforge.engine.worker import compare, memory
+    from cudaforge.engine.worker.host_buffers import POOL
+
+    n = (memory.PINNED_MAX_BYTES + 64 * MIB) // 4
+    a = torch.randn(n, device="cuda")
+    budget, pin = POOL.budget, POOL.pin
+    POOL.budget, POOL.pin = 4 * n * 4, True
+    try:
+        POOL.trim()
+        locked = POOL.locked
+        (first,) = memory.host_copy([a])
+        assert first.is_pinned() and POOL.locked == locked + 1 and torch.equal(first, a.cpu())
+        check = compare.compare_output(0, first, a.clone(), 1e-6, 1e-6)
+        assert check.passed and check.max_abs_err == 0
+        del first
+        (second,) = memory.host_copy([a * 2])
+        assert second.is_pinned() and POOL.locked == locked + 1 and torch.equal(second, (a * 2).cpu())
+        base = POOL.buffers[-1].base
+        del second
+        POOL.trim()
+        assert not base.is_pinned()  # unlocked before the pool let it go
+    finally:
+        POOL.budget, POOL.pin = budget, pin
+        POOL.trim()

@@ -441,3 +441,24 @@ def test_the_reservation_after_the_reference_counts_what_was_on_the_device_at_it
     assert memory.reservation_after_reference() == 10 * memory.GIB
     monkeypatch.setattr(memory, "CAP", {"bytes": 9 * memory.GIB})
     assert memory.reservation_after_reference() == 9 * memory.GIB
+
+
+def test_the_sweep_runs_the_longest_problems_first_by_earlier_rows(tmp_path: Path) -> None:
+    """--order-from: problems an earlier sweep timed go longest first (its wall less its spare wait); ones
+    it never timed go before them, in their own order; a line that is no row is skipped."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import kernelbench_sweep as sweep
+    finally:
+        sys.path.pop(0)
+    paths = [tmp_path / "level1" / f"{k}_p.py" for k in range(1, 6)]
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("\n".join([
+        json.dumps({"problem": "level1/1_p", "wall_s": 10.0, "phases": {"spare_wait": 0.0}}),
+        json.dumps({"problem": "level1/2_p", "wall_s": 40.0, "phases": {"spare_wait": 35.0}}),  # 5 s of work
+        "not a row",
+        json.dumps({"problem": "level1/4_p", "wall_s": 70.0, "phases": {}}),
+        json.dumps({"problem": "level1/5_p", "wall_s": 10.0}),
+    ]) + "\n")
+    order = [sweep.name_of(p) for p in sweep.longest_first(paths, [rows])]
+    assert order == ["level1/3_p", "level1/4_p", "level1/1_p", "level1/5_p", "level1/2_p"]

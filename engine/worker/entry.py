@@ -33,8 +33,11 @@ def main(argv: list[str]) -> int:
         phases()["python_start"] = round(process_age(), 4)
     phase("start")
     report = ReportDraft(phases=phases())
+    tracing = False
     try:
-        from cudaforge.engine.worker import pipeline
+        from cudaforge.engine.worker import peak_trace, pipeline
+
+        tracing = peak_trace.start()  # a diagnostic, only where CUDAFORGE_MEMORY_HISTORY asks for it
 
         if job.mode == "profile":
             pipeline.profile_run(job, report)
@@ -57,6 +60,8 @@ def main(argv: list[str]) -> int:
             report.outcome, report.message = "runtime_error", f"{type(exc).__name__}: {exc}"
         report.traceback = traceback.format_exc()
     phase("done")
+    if tracing:
+        peak_trace.write()
     done_at = time.perf_counter()
     report.phases = dict(phases())
     with contextlib.suppress(Exception):

@@ -681,16 +681,18 @@ def held_bytes() -> int:
 # ------------------------------------------------------------------ host copies
 
 
-# Larger host copies are pageable: PyTorch's pinned allocator rounds each block up to a power of two and
+# Larger host copies do not use PyTorch's pinned allocator: it rounds each block up to a power of two and
 # keeps freed blocks, so the 6 GiB copies of a large elementwise task held 8 GiB each for the worker's
-# life, and two such evaluations side by side ran the 128 GiB GPU machine out of host memory.
+# life, and two such evaluations side by side ran the 128 GiB GPU machine out of host memory. They go to
+# the worker's own buffers, page-locked at their exact size and reused (host_buffers.py).
 PINNED_MAX_BYTES = 256 << 20
 
 
 def host_copy(values: list[Any], wait: bool = True) -> list[Any]:
     """Host copies of the tensors among `values` (others as they are): on CUDA pinned up to
     PINNED_MAX_BYTES, so a compare or a restore moves them back slice by slice at full bandwidth, larger
-    ones in host buffers reused from earlier copies (host_buffers.py); plain clones on the CPU device. What the
+    ones in page-locked host buffers reused from earlier copies (host_buffers.py); plain clones on the CPU
+    device. What the
     device then holds is one set of inputs and one of outputs; the copies wait on the host.
 
     `wait=False` leaves the copies queued on the current stream (the caller synchronizes before it reads
@@ -713,7 +715,7 @@ def host_copy(values: list[Any], wait: bool = True) -> list[Any]:
         if v.numel() * v.element_size() <= PINNED_MAX_BYTES:
             with contextlib.suppress(RuntimeError):  # pinned memory is a limited resource: pageable works
                 h = torch.empty_like(v, device="cpu", pin_memory=True)
-        else:  # pageable: memory an earlier copy wrote (its pages are in place), kept within the host estimate
+        else:  # a buffer an earlier copy used, page-locked once (host_buffers.py), kept within the host estimate
             from cudaforge.engine.worker.host_buffers import POOL
 
             h = POOL.empty_like(v)
@@ -800,6 +802,7 @@ def check_task(job: EvalJob, task: Any, init: list[Any], device: Any, float_dtyp
     from cudaforge.engine.worker.host_buffers import POOL
 
     POOL.budget = int(mem["host_needed_bytes"])  # host_copy's reused buffers stay within the host estimate
+    POOL.pin = True  # and are page-locked: the large copies run by DMA, not staged by a CPU memcpy
     host_free = host_available_bytes()
     if host_free is not None and mem["host_needed_bytes"] > host_free:
         mem.update(fits=False, message=host_message(task_name(job.task_path), mem["host_needed_bytes"], host_free))
