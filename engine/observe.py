@@ -36,6 +36,35 @@ def slice_elements(device: Any) -> int:
     return DEVICE_CHUNK_ELEMENTS if kind == "cuda" else CHUNK_ELEMENTS
 
 
+def memory_order(t: Any) -> tuple[int, ...] | None:
+    """The permutation that lists a dense tensor's dimensions in the order of its memory (largest stride
+    first): `t.permute(order)` is then contiguous, a view of the same memory. None where no permutation
+    makes it contiguous (overlapping or gapped layouts). An attention output transposed in memory
+    (level1/97's scaled_dot_product_attention) is dense but not contiguous: flattening it with
+    reshape(-1) copied all of it, 2 GiB a side in each cache probe's compare on the H200."""
+    dims = tuple(range(t.dim()))
+    if t.is_contiguous():
+        return dims
+    order = tuple(sorted(dims, key=lambda d: (-t.stride(d), d)))
+    return order if t.permute(order).is_contiguous() else None
+
+
+def flat_view(t: Any) -> Any:
+    """`t`'s elements as one flat tensor in memory order: a view for every dense layout, a copy only for
+    the others. For passes whose result does not depend on the elements' order (min, max, sums, bounds)."""
+    order = memory_order(t)
+    return t.permute(order).view(-1) if order is not None else t.reshape(-1)
+
+
+def flat_pair(expected: Any, got: Any) -> tuple[Any, Any, tuple[int, ...]]:
+    """Two tensors of one shape flattened in the same element order, for an element-by-element compare:
+    the memory order of `expected` (a view of it where it is dense), applied to both, so `got` in the same
+    layout is a view too; and that order, to map a flat index back to the tensors' coordinates
+    (unravel in the permuted shape, then `coords[order[i]] = c[i]`)."""
+    order = memory_order(expected) or tuple(range(expected.dim()))
+    return expected.permute(order).reshape(-1), got.permute(order).reshape(-1), order
+
+
 # The fingerprint's position weights are keyed per process (drawn when this module is imported, before any
 # candidate code runs): a change that keeps both sums cannot be planned from the source, only by reading
 # this process's memory, which is tampering (integrity/evidence.py harness checks) and out of the sums' reach.
@@ -59,7 +88,9 @@ def fingerprint(t: Any) -> tuple[Any, ...]:
 
         data = t.detach().contiguous().view(-1).view(torch.uint8).numpy()
         return (hashlib.blake2b(memoryview(data), digest_size=16).hexdigest(), t.numel(), str(t.dtype))
-    flat = t.detach().contiguous().view(-1)
+    flat = flat_view(t.detach())  # the memory's words in memory order: no copy of a dense tensor
+    if not flat.is_contiguous():
+        flat = flat.contiguous()
     nbytes = flat.numel() * flat.element_size()
     raw = flat.view(torch.uint8)
     if nbytes % 4 == 0:

@@ -72,7 +72,8 @@ def test_comparison_statistics_match_the_pytorch_form(dtype: torch.dtype, specia
     fused = check_kernels.compare_stats(e, g, atol, rtol)
     assert fused is not None
     stats, vals, idxs = fused
-    ref_stats, ref_vals, ref_idxs = compare._compare_in_slices(e, g, e.device, torch.float32, False, atol, rtol, 5)
+    ref_stats, ref_vals, ref_idxs = compare._compare_in_slices(e, g, e.device, torch.float32, False, atol, rtol, 5,
+                                                                fuse=False)
     got, want = stats.tolist(), ref_stats.tolist()
     assert all(_same(a, b) for a, b in zip(got, want, strict=True)), (got, want)
     top = sorted(vals.tolist(), reverse=True)[:5]
@@ -82,6 +83,34 @@ def test_comparison_statistics_match_the_pytorch_form(dtype: torch.dtype, specia
     check = compare.compare_output(0, e, g, atol, rtol)  # the result a user sees
     assert check.mismatches == int(want[0])
     assert specials or check.worst[0].index == (12345,)
+
+
+@gpu
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_a_host_parked_output_compares_by_fused_slices_as_on_the_device(layout: str) -> None:
+    """compare_output with the expected output waiting on the host (page-locked, as memory.host_copy leaves
+    a large one) and the candidate's on the GPU: slices come over and go through the fused kernel, with the
+    same verdict, statistics and worst elements as both on the device and as the PyTorch form."""
+    from cudaforge.engine.worker import memory
+
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    e = torch.randn(64, 1024, 300, device="cuda", generator=gen)  # about 5 slices of 4M elements
+    if layout == "transposed":
+        e = e.transpose(1, 2)  # dense, not contiguous: compared in memory order, as views
+    g = e + 1e-5 * torch.randn(e.shape, device="cuda", generator=gen)
+    g[3, 17, 200] += 2.0
+    g[60, 250, 250] = float("nan")
+    (host,) = memory.host_copy([e])
+    assert host.stride() == e.stride()
+    on_device = compare.compare_output(0, e, g, 1e-4, 1e-4)
+    from_host = compare.compare_output(0, host, g, 1e-4, 1e-4)
+    for check in (on_device, from_host):
+        assert not check.passed and check.mismatches == 2 and check.nonfinite_got == 1
+    assert from_host.worst[0].index == on_device.worst[0].index == (3, 17, 200)
+    assert from_host.max_abs_err == on_device.max_abs_err == float("inf")
+    ef, gf, _ = observe.flat_pair(e, g)
+    stats, _, _ = compare._compare_in_slices(ef, gf, e.device, torch.float32, False, 1e-4, 1e-4, 5, fuse=False)
+    assert int(stats[0]) == from_host.mismatches
 
 
 @gpu

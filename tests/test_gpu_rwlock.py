@@ -349,3 +349,39 @@ def test_a_timed_window_lets_the_gpu_go_for_a_side_by_side_step_and_takes_it_bac
         assert gpu_share.seconds()["gpu_window_pauses"] == 1
     finally:
         gpu_share.release_all()
+
+
+def test_a_host_reservation_waits_for_another_evaluations_host_memory(tmp_path: Path) -> None:
+    """gpu_share.reserve_host: host memory has a ledger of its own beside the GPU's (`<lock>.host`). An
+    evaluation whose host estimate does not fit beside a live one's waits (phase host_wait) until that one
+    is gone, instead of failing for host memory our own other evaluation holds; memory.host_budget counts
+    the other's private resident memory, at most its reservation, as available."""
+    import threading
+
+    from cudaforge.engine.worker import gpu_share, harness, memory
+
+    lock = tmp_path / "gpu0.lock"
+    go = tmp_path / "go"
+    other = Actor(Path(f"{lock}.host"), "read", 0.0, tmp_path / "o.json", "--reserve", "60", "--budget", "100",
+                  "--until", str(go))
+    other.wait_for("acquired")
+    entries = ledger.live_entries(f"{lock}.host")
+    assert [e.nbytes for e in entries] == [60]
+    resident = memory.anon_resident_bytes(entries[0].pid)
+    assert resident > 0
+    available = memory.host_available_bytes()
+    budget = memory.host_budget(str(lock))()
+    if available is not None:  # psutil installed: what is available, plus the other's 60 bytes it holds
+        assert abs(budget - (available + 60)) < 256 << 20
+    harness.reset_phases()
+    harness.phase("load_task")
+    done: list[float] = []
+    waiter = threading.Thread(target=lambda: done.append(gpu_share.reserve_host(str(lock), 50, lambda: 100)))
+    waiter.start()
+    time.sleep(0.6)
+    assert not done, "admitted beside 60 of 100 reserved bytes"
+    go.touch()
+    other.finish()
+    waiter.join(30)
+    assert done and done[0] > 0.4
+    assert harness.phases().get("host_wait", 0) > 0.4 and harness.current_phase() == "load_task"

@@ -297,3 +297,18 @@ def test_the_shape_check_shares_the_smaller_models_weights_too() -> None:
         assert shared_weights.SHARED.changed() == ["projection"]
     finally:
         shared_weights.SHARED.clear()
+
+
+def test_a_transposed_output_is_compared_and_checked_without_full_size_copies(
+        cpu_options: EvalOptions, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An output dense in memory but not contiguous (level1/97's attention output on the H200 peaked at
+    1.63x its reference: each cache probe's compare flattened both outputs with reshape(-1), a copy of
+    each). The compares, fingerprints and checks read it in memory order, as views: within the rule."""
+    result = _own_reference_evaluated("transposed_output", cpu_options, monkeypatch)
+    m = result.memory
+    assert m is not None and m.reference_peak_bytes is not None and m.eval_peak_bytes is not None, m
+    output = 64 * 256 * 256 * 4
+    assert 2 * output <= m.reference_peak_bytes <= 2 * output + 2 * MIB, m  # its input and its output
+    bound = memory.FACTOR * m.reference_peak_bytes + memory.SLICE_TEMP_BYTES
+    phases = {k: round(v / MIB) for k, v in (m.phase_peak_bytes or {}).items()}
+    assert m.eval_peak_bytes <= bound, (m.eval_peak_bytes / MIB, m.reference_peak_bytes / MIB, phases)

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from cudaforge.engine import check_kernels
 from cudaforge.engine.integrity.registry import finding
 from cudaforge.engine.integrity.runtime import flip_in_place
-from cudaforge.engine.observe import slice_elements
+from cudaforge.engine.observe import flat_pair, flat_view, slice_elements
 from cudaforge.engine.results import Finding, Severity
 
 SPARSE_ROUNDS = 3  # sparse same-memory probes of check_cache_reuse, each with its own random mask
@@ -46,13 +47,14 @@ def _mix_in_place(m: Any, gen: Any, fraction: float) -> None:
         return
     flat = m.view(-1)
     step = slice_elements(m.device)
-    for start in range(0, n_all, step):
+    starts = [s for s in range(0, n_all, step) if min(step, n_all - s) >= 2]
+    # Every slice's offset drawn at once: one host sync per tensor, not one per slice.
+    draws = torch.rand(len(starts), generator=gen, device=m.device).tolist() if starts else []
+    for start, u in zip(starts, draws, strict=True):
         n = min(step, n_all - start)
-        if n < 2:
-            break
         part = flat[start:start + n]
         mask = torch.rand(n, generator=gen, device=m.device) < fraction
-        shift = 1 + int(torch.randint(n - 1, (1,), generator=gen, device=m.device))
+        shift = 1 + min(n - 2, int(u * (n - 1)))  # in 1..n-1
         part.copy_(torch.where(mask, part.roll(shift), part))
         del mask
     i = int(torch.randint(n_all, (1,), generator=gen, device=m.device))
@@ -117,6 +119,10 @@ def _draw_elsewhere(work: list[Any], draw: Callable[[], list[Any]], to_host: Cal
 
 
 def _match(expected: list[Any], got: list[Any], atol: float, rtol: float) -> bool:
+    """Whether every output is within tolerance (torch.isclose, NaN equal to NaN), in slices over the
+    flat views of both in one element order (observe.flat_pair: no full-size copy of a dense layout); the
+    verdict stays on the device until the end: one host sync per output, not one per slice (with eight
+    evaluations time-sliced on one GPU, each sync waited for the others' turns)."""
     import torch
 
     if len(expected) != len(got):
@@ -128,37 +134,49 @@ def _match(expected: list[Any], got: list[Any], atol: float, rtol: float) -> boo
             continue
         if not isinstance(g, torch.Tensor) or g.shape != e.shape or g.dtype != e.dtype:
             return False
+        if e.numel() == 0:
+            continue
         where = e.device if e.device.type != "cpu" else g.device  # a host copy comes over slice by slice
-        ef, gf = e.detach().reshape(-1), g.detach().reshape(-1)
+        ef, gf, _ = flat_pair(e.detach(), g.detach())
+        floating = e.is_floating_point() or e.is_complex()
+        ok = torch.ones((), dtype=torch.bool, device=where)
         step = slice_elements(where)
         for start in range(0, ef.numel(), step):
             es = ef[start:start + step].to(where, non_blocking=True)
             gs = gf[start:start + step].to(where, non_blocking=True)
-            if e.is_floating_point() or e.is_complex():
+            fused = check_kernels.compare_stats(es, gs, atol, rtol) if floating else None
+            if fused is not None:  # on a GPU: one pass (the same tolerance and NaN rules as isclose here)
+                ok &= fused[0][0] == 0
+            elif floating:
                 work = torch.float64 if e.dtype == torch.float64 else torch.float32
-                if not bool(torch.isclose(gs.to(work), es.to(work), rtol=rtol, atol=atol, equal_nan=True).all()):
-                    return False
-            elif not torch.equal(gs, es):
-                return False
+                ok &= torch.isclose(gs.to(work), es.to(work), rtol=rtol, atol=atol, equal_nan=True).all()
+            else:
+                ok &= (gs == es).all()
+        if not bool(ok):
+            return False
     return True
 
 
 def _finite_range(t: Any) -> tuple[float, float, int]:
-    """(min, max, count) of t's finite values, in float64, in slices."""
+    """(min, max, count) of t's finite values, in float64, in slices over its memory (the order does not
+    matter here), accumulated on its device: one host sync at the end."""
     import torch
 
-    flat = t.detach().reshape(-1)
-    lo, hi, count = float("inf"), float("-inf"), 0
+    flat = flat_view(t.detach())
+    inf = float("inf")
+    lo = torch.full((), inf, dtype=torch.float64, device=flat.device)
+    hi = torch.full((), -inf, dtype=torch.float64, device=flat.device)
+    count = torch.zeros((), dtype=torch.int64, device=flat.device)
     step = slice_elements(flat.device)
     for start in range(0, flat.numel(), step):
         part = flat[start:start + step]
         finite = torch.isfinite(part)
-        if not bool(finite.all()):
-            part = part[finite]
-        if part.numel():  # min and max of float values are exact in float64: no float64 copy needed
-            low, high = torch.aminmax(part)
-            lo, hi, count = min(lo, float(low)), max(hi, float(high)), count + part.numel()
-    return lo, hi, count
+        # min and max of float values are exact in float64: the slice's own dtype until the last step
+        lo = torch.minimum(lo, torch.where(finite, part, inf).min().to(torch.float64))
+        hi = torch.maximum(hi, torch.where(finite, part, -inf).max().to(torch.float64))
+        count += finite.sum()
+    low, high, n = torch.stack([lo, hi, count.to(torch.float64)]).tolist()
+    return low, high, int(n)
 
 
 def _constant_values(got: list[Any]) -> list[float | None]:
@@ -171,10 +189,12 @@ def _constant_values(got: list[Any]) -> list[float | None]:
         if not isinstance(g, torch.Tensor) or g.numel() < 2 or not g.is_floating_point():
             values.append(None)
             continue
-        gf = g.detach().reshape(-1)
+        gf = flat_view(g.detach())
         step = slice_elements(gf.device)
-        same = all(bool((gf[i:i + step] == gf[0]).all()) for i in range(0, gf.numel(), step))
-        values.append(float(gf[0]) if same else None)
+        same = torch.ones((), dtype=torch.bool, device=gf.device)  # on the device: one sync per output
+        for i in range(0, gf.numel(), step):
+            same &= (gf[i:i + step] == gf[0]).all()
+        values.append(float(gf[0]) if bool(same) else None)
     return values
 
 

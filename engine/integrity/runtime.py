@@ -33,6 +33,7 @@ from cudaforge.engine.observe import (
     EXT_RANGE,
     custom_launches,
     device_profile,
+    flat_view,
     host_profile,
     slice_elements,
     tensor_bytes,
@@ -517,7 +518,7 @@ class FixedValueProbe:
             self.possible = False
             return
         for k, t in floats.items():
-            flat = t.detach().reshape(-1)
+            flat = flat_view(t.detach())  # bounds do not depend on the order: memory order, no copy
             acc = check_kernels.fixed_bounds(flat, self.atol, self.rtol)  # on a GPU: one pass (check_kernels.py)
             if acc is None:
                 # In slices (no full-size temporaries), the bounds kept on the device: one host sync per output.

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 from cudaforge.engine import check_kernels
-from cudaforge.engine.observe import checkpoint, slice_elements
+from cudaforge.engine.observe import checkpoint, flat_pair, slice_elements
 from cudaforge.engine.results import OutputCheck, WorstElement
 
 _CHUNK: int | None = None  # elements per compared slice where set (tests); else observe.slice_elements
@@ -45,7 +45,8 @@ def compare_output(index: int, expected: Any, got: Any, atol: float, rtol: float
     work = torch.float64 if (exact or expected.dtype == torch.float64) else torch.float32
     # In slices: full-size float temporaries (diff, masks, copies) would each cost the output's size again.
     # One pass per slice, its statistics kept on the device: the host waits once at the end, not per slice.
-    ef, gf = expected.detach().reshape(-1), got.detach().reshape(-1)
+    # Flat in the memory order of `expected` (views where both share a dense layout: no full-size copy).
+    ef, gf, memory_dims = flat_pair(expected.detach(), got.detach())
     fused = None if exact or _CHUNK or worst_k > check_kernels.TOP else check_kernels.compare_stats(ef, gf, atol, rtol)
     if fused is not None:  # both on one GPU: one pass, the same statistics (check_kernels.py)
         stats, vals, idxs = fused
@@ -64,7 +65,9 @@ def compare_output(index: int, expected: Any, got: Any, atol: float, rtol: float
         top = [(v, fi) for v, fi in zip(vals[order].tolist(), idxs[order].tolist(), strict=True) if v > 0]
         if top:
             flat_idx = torch.tensor([fi for _, fi in top], dtype=torch.int64)
-            coords = torch.stack(torch.unravel_index(flat_idx, expected.shape), dim=1).tolist() \
+            permuted = [expected.shape[d] for d in memory_dims]
+            coords = [[c[memory_dims.index(d)] for d in range(len(memory_dims))]  # back from the memory order
+                      for c in torch.stack(torch.unravel_index(flat_idx, permuted), dim=1).tolist()] \
                 if expected.dim() else [[] for _ in top]
             e_vals = ef[flat_idx.to(ef.device)].to(work).tolist()
             g_vals = gf[flat_idx.to(gf.device)].to(work).tolist()
@@ -81,23 +84,37 @@ def compare_output(index: int, expected: Any, got: Any, atol: float, rtol: float
 
 
 def _compare_in_slices(ef: Any, gf: Any, where: Any, work: Any, exact: bool, atol: float, rtol: float,
-                       worst_k: int) -> tuple[Any, Any, Any]:
-    """The PyTorch form: (stats, largest abs errors, their flat indices), a slice at a time."""
+                       worst_k: int, fuse: bool = True) -> tuple[Any, Any, Any]:
+    """(stats, largest abs errors, their flat indices), a slice at a time: the fused kernel per slice where
+    it applies (`fuse`), else the PyTorch form (the tests' reference for the kernel)."""
     numel = ef.numel()
     stats = torch.zeros(4, dtype=torch.float64, device=where)  # mismatches, non-finite, max abs, max rel
     top_vals: list[Any] = []
     top_idx: list[Any] = []
     chunk = _CHUNK or slice_elements(where)
+    # On a GPU, a float slice that came over from the host is compared by the fused kernel (one pass, as
+    # compare_output's whole-tensor path) rather than by a dozen PyTorch passes with temporaries: with
+    # eight evaluations time-sliced on one GPU those passes were most of a 6 GiB output's compare.
+    fusable = fuse and not exact and not _CHUNK and worst_k <= check_kernels.TOP and ef.dtype == gf.dtype
     for start in range(0, numel, chunk):
-        e = ef[start:start + chunk].to(device=where, dtype=work, non_blocking=True)
-        g = gf[start:start + chunk].to(device=where, dtype=work, non_blocking=True)
-        part, diff = _compare_slice(e, g, exact, atol, rtol)
+        fused = None
+        if fusable:
+            e = ef[start:start + chunk].to(device=where, non_blocking=True)
+            g = gf[start:start + chunk].to(device=where, non_blocking=True)
+            fused = check_kernels.compare_stats(e, g, atol, rtol)
+        if fused is not None:
+            part, values, idx = fused
+        else:
+            e = ef[start:start + chunk].to(device=where, dtype=work, non_blocking=True)
+            g = gf[start:start + chunk].to(device=where, dtype=work, non_blocking=True)
+            part, diff = _compare_slice(e, g, exact, atol, rtol)
+            values, idx = diff.topk(min(worst_k, diff.numel()))
+            del diff
         stats[:2] += part[:2]
         stats[2:] = torch.maximum(stats[2:], part[2:])
-        values, idx = diff.topk(min(worst_k, diff.numel()))
         top_vals.append(values)
         top_idx.append(idx + start)
-        del e, g, diff
+        del e, g
         checkpoint()  # a step boundary: a timed window waiting elsewhere goes first (no-op inside a window)
     return stats, torch.cat(top_vals), torch.cat(top_idx)
 

@@ -115,6 +115,27 @@ def reserve(lock_path: str | None, nbytes: int, budget: Any, label: str = "") ->
         _STATE["reservation"] = ledger_reserve(lock_path, nbytes, _cached(budget), label=label)
 
 
+def reserve_host(lock_path: str | None, nbytes: int, budget: Any, label: str = "") -> float:
+    """Wait until `nbytes` of host memory is admitted beside our other evaluations (phase host_wait), in a
+    ledger of its own beside the GPU's (`<lock>.host`); `budget()` gives the host bytes our evaluations may
+    use together. Kept until this process ends (a dead process's entry is dropped). Before it, a large
+    evaluation that found the host short failed at once: on the H200 sweep run longest first, three 6 GiB
+    elementwise problems started beside five others holding their host copies and failed (session 13).
+    Returns the seconds waited (0.0 where there is no lock: one evaluation alone)."""
+    if not lock_path or nbytes <= 0:
+        return 0.0
+    from cudaforge.engine.gpu.ledger import reserve as ledger_reserve
+
+    resume = current_phase()
+    phase("host_wait")
+    try:
+        held = ledger_reserve(f"{lock_path}.host", nbytes, budget, label=label, poll_s=0.1)
+    finally:
+        if resume and resume != "host_wait":
+            phase(resume)
+    return held.waited_s if held is not None else 0.0
+
+
 @contextlib.contextmanager
 def _waiting_for_memory() -> Any:
     """A wait for memory in the ledger: its own phase (memory_wait), and never while holding the GPU (the

@@ -59,11 +59,12 @@ class HostBuffers:
         return sum(int(b.base.numel()) for b in self.buffers)
 
     def empty_like(self, value: Any) -> Any | None:
-        """An uninitialised host tensor with `value`'s shape and dtype over a kept or new buffer, or None
-        where the pool does not serve it (no budget, a layout other than contiguous, no use counts)."""
+        """An uninitialised host tensor with `value`'s shape, dtype and strides over a kept or new buffer, or
+        None where the pool does not serve it (no budget, a layout that is not dense, no use counts)."""
         import torch
+        from cudaforge.engine.observe import memory_order
 
-        if self.budget <= 0 or not value.is_contiguous() or value.numel() == 0 or _use_count() is None:
+        if self.budget <= 0 or memory_order(value) is None or value.numel() == 0 or _use_count() is None:
             return None
         nbytes = int(value.numel()) * int(value.element_size())
         buffer = self._free_fit(nbytes)
@@ -78,7 +79,9 @@ class HostBuffers:
             self.made += 1
         else:
             self.reused += 1
-        return buffer.base[:nbytes].view(value.dtype).view(value.shape)
+        # In `value`'s own dense layout (a transposed attention output stays transposed): the copy into it is
+        # one straight pass over memory.
+        return buffer.base[:nbytes].view(value.dtype).as_strided(value.shape, value.stride())
 
     def trim(self) -> None:
         """Drop every free buffer (a step that needs them no more, the worker letting the GPU go)."""

@@ -452,6 +452,35 @@ def host_available_bytes() -> int | None:
     return int(psutil.virtual_memory().available)
 
 
+HOST_RESERVE_MIN_BYTES = GIB  # host estimates under this are not reserved (the ledger stays short)
+
+
+def host_budget(lock_path: str) -> Callable[[], int]:
+    """The host bytes our evaluations may reserve together (gpu_share.reserve_host): what is available now,
+    plus what our other reserving evaluations hold now of what they reserved (their private resident
+    memory, at most their reservation), since their reservations are counted instead."""
+    import os
+
+    from cudaforge.engine.gpu.ledger import live_entries
+
+    def budget() -> int:
+        others = [e for e in live_entries(f"{lock_path}.host") if e.pid != os.getpid()]
+        return int(host_available_bytes() or 0) + sum(min(e.nbytes, anon_resident_bytes(e.pid)) for e in others)
+
+    return budget
+
+
+def anon_resident_bytes(pid: int) -> int:
+    """A process's private resident memory (RssAnon: its tensors, page-locked ones included, and heap);
+    0 where /proc cannot say."""
+    with contextlib.suppress(OSError, ValueError, IndexError), \
+            open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+        for line in fh:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def host_message(task_name: str, need: int, available: int) -> str:
     """The one line said when the host is short of memory for the reference's outputs and input snapshots."""
     return (f"{task_name} needs about {need / GIB:.1f} GiB of host memory to evaluate (its inputs and outputs, "
@@ -739,10 +768,11 @@ def _copy_in_pieces(host: Any, device_tensor: Any, wait: bool) -> None:
     from cudaforge.engine import observe
 
     nbytes = device_tensor.numel() * device_tensor.element_size()
-    if not wait or nbytes <= COPY_PIECE_BYTES or not (device_tensor.is_contiguous() and host.is_contiguous()):
+    same_dense_layout = host.stride() == device_tensor.stride() and observe.memory_order(host) is not None
+    if not wait or nbytes <= COPY_PIECE_BYTES or not same_dense_layout:
         host.copy_(device_tensor, non_blocking=True)
         return
-    src, dst = device_tensor.reshape(-1), host.view(-1)
+    src, dst = observe.flat_view(device_tensor), observe.flat_view(host)  # memory order: views, one layout
     step = max(1, COPY_PIECE_BYTES // device_tensor.element_size())
     for start in range(0, src.numel(), step):
         dst[start:start + step].copy_(src[start:start + step], non_blocking=True)
@@ -803,6 +833,12 @@ def check_task(job: EvalJob, task: Any, init: list[Any], device: Any, float_dtyp
 
     POOL.budget = int(mem["host_needed_bytes"])  # host_copy's reused buffers stay within the host estimate
     POOL.pin = True  # and are page-locked: the large copies run by DMA, not staged by a CPU memcpy
+    if job.gpu_lock_path and mem["host_needed_bytes"] >= HOST_RESERVE_MIN_BYTES:
+        from cudaforge.engine.worker import gpu_share
+
+        # Beside our other evaluations, wait for the host memory they hold rather than fail for it.
+        gpu_share.reserve_host(job.gpu_lock_path, int(mem["host_needed_bytes"]), host_budget(job.gpu_lock_path),
+                               label=task_name(job.task_path))
     host_free = host_available_bytes()
     if host_free is not None and mem["host_needed_bytes"] > host_free:
         mem.update(fits=False, message=host_message(task_name(job.task_path), mem["host_needed_bytes"], host_free))
