@@ -385,3 +385,31 @@ def test_a_host_reservation_waits_for_another_evaluations_host_memory(tmp_path: 
     waiter.join(30)
     assert done and done[0] > 0.4
     assert harness.phases().get("host_wait", 0) > 0.4 and harness.current_phase() == "load_task"
+
+
+def test_the_host_reservation_grows_where_it_fits_and_resumes_the_phase(tmp_path: Path) -> None:
+    """gpu_share.grow_host (a second input set on the host): alone it is admitted at once; beside another
+    evaluation's reservation that leaves no room it gives up after its timeout with a note, the
+    reservation as it was, and the phase the step was in resumes either way."""
+    from cudaforge.engine.worker import gpu_share, harness
+
+    lock = tmp_path / "gpu0.lock"
+    harness.reset_phases()
+    harness.phase("cache_probes")
+    gpu_share._STATE["host_reservation"] = None
+    assert gpu_share.reserve_host(str(lock), 40, lambda: 100) < 0.5  # alone: admitted at once
+    try:
+        assert gpu_share.grow_host(70, lambda: 100) == ""
+        assert ledger.reserved_bytes(f"{lock}.host") == 70
+        go = tmp_path / "go"
+        other = Actor(Path(f"{lock}.host"), "read", 0.0, tmp_path / "o.json", "--reserve", "20", "--budget", "100",
+                      "--until", str(go))
+        other.wait_for("acquired")
+        note = gpu_share.grow_host(90, lambda: 100, timeout_s=0.3)  # 20 + 90 > 100
+        assert "stayed at" in note and ledger.reserved_bytes(f"{lock}.host") == 90  # 70 + 20
+        assert harness.current_phase() == "cache_probes" and harness.phases().get("host_wait", 0) >= 0.3
+        go.touch()
+        other.finish()
+    finally:
+        gpu_share._STATE["host_reservation"].release()
+        gpu_share._STATE["host_reservation"] = None

@@ -199,3 +199,26 @@ def test_new_memory_draw_never_lands_on_the_probed_addresses() -> None:
     assert torch.equal(fresh[0], storage[:512].view(16, 32)) and fresh[1] == 3
     elsewhere = torch.randn(16, 32)
     assert _draw_elsewhere([torch.randn(4)], lambda: [elsewhere], lambda v: v)[0] is elsewhere  # no copy needed
+
+
+def test_a_second_host_input_set_asks_for_host_room_first() -> None:
+    """Where B cannot be the probed draw flipped in place (an integer input) and no second set fits beside
+    it, B waits on the host; a reference that changes its inputs in place also needs a snapshot of them
+    there each probe: two input sets on the host, beyond memory.host_needed_bytes. The probes ask for the
+    room first (the worker grows its host reservation), and only in that case."""
+    def in_place(inputs: list[Any]) -> Any:
+        x, idx = inputs
+        x.add_(1.0)  # the reference changes its input in place
+        return x[idx] * 2.0
+
+    def make(seed: int) -> list[Any]:
+        g = torch.Generator().manual_seed(seed)
+        return [torch.randn(64, generator=g), torch.randint(0, 64, (8,), generator=g)]
+
+    asked: list[int] = []
+    kwargs: dict[str, Any] = {**TOL, "fresh_beside": False, "host_input_room": asked.append}
+    assert check_cache_reuse(in_place, in_place, make, reference_mutates=True, **kwargs) == []
+    assert asked == [64 * 4 + 8 * 8]  # the input set's bytes, asked for once
+    asked.clear()
+    assert check_cache_reuse(in_place, in_place, make, reference_mutates=False, **kwargs) == []
+    assert asked == []  # one input set on the host: within the estimate

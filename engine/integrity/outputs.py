@@ -14,7 +14,7 @@ from typing import Any
 from cudaforge.engine import check_kernels
 from cudaforge.engine.integrity.registry import finding
 from cudaforge.engine.integrity.runtime import flip_in_place
-from cudaforge.engine.observe import flat_pair, flat_view, slice_elements
+from cudaforge.engine.observe import flat_pair, flat_view, slice_elements, tensor_bytes
 from cudaforge.engine.results import Finding, Severity
 
 SPARSE_ROUNDS = 3  # sparse same-memory probes of check_cache_reuse, each with its own random mask
@@ -259,6 +259,7 @@ def check_cache_reuse(
     fresh_beside: bool = True,
     reference_mutates: bool = False,
     park_output: Callable[[list[Any], list[Any]], list[Any]] | None = None,
+    host_input_room: Callable[[int], None] | None = None,
 ) -> list[Finding]:
     """Probe the candidate for results cached across calls; returns findings (empty when clean).
 
@@ -282,7 +283,8 @@ def check_cache_reuse(
     the previous probe are kept as fingerprints only. A reference that changes its inputs in place
     (`reference_mutates`) gets them back from a host snapshot before the candidate runs; a candidate
     that changes them needs nothing: the next probe writes its values over them, and both sides see
-    what it leaves. With `fresh_beside` (a second input set fits the memory rule) B and C are drawn
+    what it leaves. Where B must wait on the host beside those snapshots (a second input set there),
+    `host_input_room(bytes)` is asked for the room first (the worker grows its host reservation). With `fresh_beside` (a second input set fits the memory rule) B and C are drawn
     beside A's tensors. Else B is A's own values reversed in place (runtime.flip_in_place, every value one
     the task drew; where an input is not floating point, B is drawn first and waits on the host), and C
     is drawn once A's tensors are gone, never at their addresses (_draw_elsewhere).
@@ -362,6 +364,9 @@ def check_cache_reuse(
     flip = not fresh_beside and bool(_tensors(work)) and all(
         x.is_floating_point() and x.is_contiguous() and x.numel() > 1 for x in _tensors(work))
     if not fresh_beside and not flip:
+        if reference_mutates and host_input_room is not None:
+            # B waits on the host beside each probe's snapshot of the inputs: a second input set there.
+            host_input_room(tensor_bytes(work))
         del work
         b = off_device(make_inputs(seed + 1))
         work = make_inputs(seed)

@@ -15,9 +15,10 @@ from typing import Any
 
 from cudaforge.engine.worker.harness import current_phase, phase
 
-_STATE: dict[str, Any] = {"hold": None, "reservation": None, "shared_s": 0.0, "exclusive_s": 0.0, "since": 0.0,
-                          "yields": 0, "paused": 0}
+_STATE: dict[str, Any] = {"hold": None, "reservation": None, "host_reservation": None, "shared_s": 0.0,
+                          "exclusive_s": 0.0, "since": 0.0, "yields": 0, "paused": 0}
 HOLD_TOTALS = ("gpu_exclusive", "gpu_shared", "gpu_yields", "gpu_window_pauses")  # seconds()' keys: no steps
+GROW_TIMEOUT_S = 30.0  # two evaluations that each wait to grow beside the other would wait for ever
 BUDGET_TTL_S = 1.0  # the card's budget is re-read at most this often while a reservation waits
 
 
@@ -133,7 +134,34 @@ def reserve_host(lock_path: str | None, nbytes: int, budget: Any, label: str = "
     finally:
         if resume and resume != "host_wait":
             phase(resume)
+    _STATE["host_reservation"] = held
     return held.waited_s if held is not None else 0.0
+
+
+def grow_host(nbytes: int, budget: Any, timeout_s: float = GROW_TIMEOUT_S) -> str:
+    """Grow the host reservation (reserve_host) to `nbytes` where a step finds it needs more than the
+    estimate (a second input set on the host: memory.host_needed_bytes), waiting for admission without
+    holding the GPU (phase host_wait) and resuming the hold it had. Returns "" or a note when it was not
+    admitted within `timeout_s` (the step goes on: the host check before it said the host has the room)."""
+    reservation = _STATE.get("host_reservation")
+    if reservation is None or nbytes <= reservation.nbytes:
+        return ""
+    hold = _STATE["hold"]
+    kind, lock_path = (hold.kind, hold.lock_path) if hold is not None and hold.held else (None, None)
+    release_hold()
+    resume = current_phase()
+    phase("host_wait")
+    try:
+        ok = reservation.resize(nbytes, budget, poll_s=0.1, timeout_s=timeout_s)
+    finally:
+        if resume and resume != "host_wait":
+            phase(resume)
+    if kind is not None:
+        _switch(lock_path, kind, "gpu_wait")
+    if ok:
+        return ""
+    return (f"the host reservation stayed at {reservation.nbytes / (1 << 30):.1f} GiB: {nbytes / (1 << 30):.1f} "
+            f"GiB was not admitted within {timeout_s:g} s")
 
 
 @contextlib.contextmanager
@@ -154,7 +182,6 @@ def reserved() -> int | None:
     return int(reservation.nbytes) if reservation is not None else None
 
 
-GROW_TIMEOUT_S = 30.0  # two evaluations that each wait to grow beside the other would wait for ever
 
 
 def grow(nbytes: int, budget: Any, timeout_s: float = GROW_TIMEOUT_S) -> str:

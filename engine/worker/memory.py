@@ -435,12 +435,16 @@ def tight_bytes(footprint: int) -> int:
 def host_needed_bytes(input_bytes: int, output_bytes: int) -> int:
     """Host memory an evaluation holds beside the task's own: the copies that stand in for a second set on
     the device. Until timing, one output at a time (the side that ran first waits there; the outputs of a
-    previous call are fingerprints) and at most two input sets (a cache probe's next draw where it does
-    not fit beside the probed one, and a reference that changes its inputs in place gets them back from a
-    snapshot); the correctness trials copy no inputs at all (fingerprints, and draws made again). During
-    timing, no inputs and the timed check's two expected outputs (one per input content the timed calls
-    rotate over: integrity/runtime.py TimedOutputCheck.prepare)."""
-    return max(2 * input_bytes + output_bytes, 2 * output_bytes)
+    previous call are fingerprints) and one input set: a cache probe's next draw where it does not fit
+    beside the probed one and cannot be the probed one flipped in place (an input that is not floating
+    point), or a snapshot for a reference that changes its inputs in place, or a new-memory draw that landed
+    on the old addresses. Both of the first two at once (rare) need a second input set: the cache probes
+    ask for it then (`host_input_room`). The correctness trials copy no inputs at all (fingerprints, and
+    draws made again). During timing, no inputs and the timed check's two expected outputs (one per input
+    content the timed calls rotate over: integrity/runtime.py TimedOutputCheck.prepare). On the H200 sweep
+    the old estimate (two input sets always) held 18 GiB for each 6 GiB elementwise problem that used 12,
+    and such problems waited for host memory 311 s in all (session 13)."""
+    return max(input_bytes + output_bytes, 2 * output_bytes)
 
 
 def host_available_bytes() -> int | None:

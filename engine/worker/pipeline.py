@@ -855,6 +855,20 @@ def _grow_reservation(job: EvalJob, device: Any, mem: dict[str, Any]) -> None:
     mem["reserved_bytes"] = gpu_share.reserved()
 
 
+def _grow_host(job: EvalJob, mem: dict[str, Any], extra: int) -> None:
+    """A second input set on the host (the cache probes: memory.host_needed_bytes): the host estimate, its
+    reservation beside our other evaluations and the host buffers' budget grow by `extra` bytes."""
+    from cudaforge.engine.worker.host_buffers import POOL
+
+    need = int(mem.get("host_needed_bytes") or 0) + int(extra)
+    mem["host_needed_bytes"] = need
+    POOL.budget = max(POOL.budget, need)
+    if job.gpu_lock_path:
+        note = gpu_share.grow_host(need, memory.host_budget(job.gpu_lock_path))
+        if note:
+            mem["note"] = "; ".join(n for n in (mem.get("note", ""), note) if n)
+
+
 def release_gpu() -> None:
     """Free this worker's device memory, then let the GPU lock and the memory reservation go. Memory the
     candidate still holds (a module-level cache) goes with the process: the reservation then stays until
@@ -974,7 +988,8 @@ def evaluate(job: EvalJob, report: ReportDraft) -> None:
         atol=corr.atol, rtol=corr.rtol, seed=job.seed + 20_000, to_host=memory.host_copy,
         park_output=lambda out, inputs: memory.park(out, beside=inputs)[0],
         fresh_beside=memory.second_draw_fits(int(memory.REFERENCE_IO.get("input_bytes", 0))),
-        reference_mutates=REFERENCE_SEEN["mutates"]))
+        reference_mutates=REFERENCE_SEEN["mutates"],
+        host_input_room=lambda nbytes: _grow_host(job, mem, nbytes)))
     memory.release()
     observe.checkpoint()
     timed, report.speed_of_light = timing(job, task, model, model_new, device, findings, default_numerics,
