@@ -109,7 +109,8 @@ def test_a_stale_timed_output_fails_with_the_prepared_outputs() -> None:
 
 def test_a_large_outputs_compare_runs_side_by_side_and_still_fails_a_stale_output() -> None:
     """Compares of at least `side_by_side_bytes` of expected output run inside `side_by_side` (the worker:
-    the window's exclusive hold let go), smaller ones do not; the verdict is the same either way."""
+    the window's exclusive hold let go) once one of them, timed in the window, took over `side_by_side_s`;
+    smaller ones never do, nor large ones that are fast; the verdict is the same either way."""
     entered: list[int] = []
 
     class Recording:
@@ -120,15 +121,17 @@ def test_a_large_outputs_compare_runs_side_by_side_and_still_fails_a_stale_outpu
             return None
 
     draws = [[torch.randn(64)], [torch.randn(64)]]  # 256-byte outputs
-    for threshold, side_by_side in ((256, True), (257, False)):
+    # (bytes threshold, seconds threshold, compares side by side: all but the first, timed in the window)
+    for threshold, seconds, side_by_side in ((256, 0.0, True), (257, 0.0, False), (256, 60.0, False)):
         entered.clear()
         candidate = Rotation(StaleAfter(honest=5), draws)
         check = TimedOutputCheck(candidate, CountingScale(), torch.device("cpu"), atol=1e-5, rtol=1e-5,
                                  compare=compare_output, protected=set(), sync=lambda: None,
                                  numerics=(lambda: None, lambda: None), samples=3, to_host=memory.host_copy,
-                                 reference_mutates=False, side_by_side=Recording, side_by_side_bytes=threshold)
+                                 reference_mutates=False, side_by_side=Recording, side_by_side_bytes=threshold,
+                                 side_by_side_s=seconds)
         check.prepare()
         _timed_window(check, candidate, trials=30)
-        assert len(entered) == (len(check.checked) if side_by_side else 0) == check.compared_side_by_side
+        assert len(entered) == (len(check.checked) - 1 if side_by_side else 0) == check.compared_side_by_side
         (finding,) = check.findings()
         assert finding.name == "timing_output_mismatch" and 29 in [f["call"] for f in check.failures]

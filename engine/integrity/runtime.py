@@ -24,6 +24,7 @@ import contextlib
 import math
 import random
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -178,10 +179,16 @@ def fallback_finding(run_reference: Callable[[list[Any]], Any], run_candidate: C
 
 TIMED_SAMPLES = 3  # random timed calls checked besides the last one
 TF32_TOLERANCE = 1e-2
-# A sampled timed call's compare of at least this much expected output runs side by side, its window's
+# A sampled timed call's compare of at least this much expected output may run side by side, its window's
 # exclusive hold let go meanwhile: on the H200 sweep (2026-12-03) the four compares of a 6 GiB output, slices
-# moved over from the host, were 4.5 of the 4.9 s that level1/19_ReLU held the GPU alone.
+# moved over from pageable host memory, were 4.5 of the 4.9 s that level1/19_ReLU held the GPU alone.
 SIDE_BY_SIDE_BYTES = 256 << 20
+# ... where a large compare took longer than this: the next ones let the GPU go. Letting it go costs a
+# second drain of the readers before the next timed call (the windows' waits for readers averaged 0.47 s
+# per hold in session 13's level-1 sweep), which a compare from page-locked memory with the fused kernel
+# (about 0.15 s for 6 GiB on the H200) does not: the first large compare is timed in the window, and only
+# a slow one (pageable memory, a slow bus) sends the rest side by side.
+SIDE_BY_SIDE_S = 0.25
 
 
 class FlippingDraw:
@@ -324,11 +331,14 @@ class TimedOutputCheck:
                  numerics: tuple[Callable[[], Any], Callable[[], Any]], samples: int = TIMED_SAMPLES,
                  to_host: Callable[[list[Any]], list[Any]] = list, reference_mutates: bool = True,
                  side_by_side: Callable[[], Any] = contextlib.nullcontext,
-                 side_by_side_bytes: int = SIDE_BY_SIDE_BYTES) -> None:
+                 side_by_side_bytes: int = SIDE_BY_SIDE_BYTES, side_by_side_s: float = SIDE_BY_SIDE_S) -> None:
         self.candidate, self.reference_model, self.device = candidate, reference_model, device
         # A compare of at least `side_by_side_bytes` of expected output lets the window's exclusive hold go
-        # while it runs (the worker: gpu_share.side_by_side); smaller ones take less than the switch.
+        # while it runs (the worker: gpu_share.side_by_side) once one such compare took over `side_by_side_s`;
+        # smaller or faster ones take less than the switch.
         self.side_by_side, self.side_by_side_bytes = side_by_side, side_by_side_bytes
+        self.side_by_side_s = side_by_side_s
+        self.slow_compares = False  # a large compare in the window took over side_by_side_s
         self.compared_side_by_side = 0
         self.to_host = to_host  # where the expected output waits for the timed call (the worker: pinned host)
         self.atol_for: list[float] = []
@@ -420,8 +430,10 @@ class TimedOutputCheck:
         self.checked.append(index)
         reason = ""
         large = tensor_bytes(expected) >= self.side_by_side_bytes
-        self.compared_side_by_side += large
-        with self.side_by_side() if large else contextlib.nullcontext():
+        aside = large and self.slow_compares
+        self.compared_side_by_side += aside
+        started = time.perf_counter()
+        with self.side_by_side() if aside else contextlib.nullcontext():
             if len(got) != len(expected):
                 reason = f"{len(got)} outputs instead of {len(expected)}"
             else:
@@ -430,6 +442,8 @@ class TimedOutputCheck:
                     if not check.passed:
                         reason = f"output {k}: {check.reason}"
                         break
+        if large and not aside and time.perf_counter() - started > self.side_by_side_s:
+            self.slow_compares = True  # the next large compares let the GPU go
         if reason:
             self.failures.append({"call": index, "reason": reason})
         if _storages(got) & self.protected and not self.reference_aliases:  # timed inputs, reference parameters

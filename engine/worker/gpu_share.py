@@ -127,13 +127,8 @@ def reserve_host(lock_path: str | None, nbytes: int, budget: Any, label: str = "
         return 0.0
     from cudaforge.engine.gpu.ledger import reserve as ledger_reserve
 
-    resume = current_phase()
-    phase("host_wait")
-    try:
+    with _waiting_for_memory("host_wait"):
         held = ledger_reserve(f"{lock_path}.host", nbytes, budget, label=label, poll_s=0.1)
-    finally:
-        if resume and resume != "host_wait":
-            phase(resume)
     _STATE["host_reservation"] = held
     return held.waited_s if held is not None else 0.0
 
@@ -146,42 +141,44 @@ def grow_host(nbytes: int, budget: Any, timeout_s: float = GROW_TIMEOUT_S) -> st
     reservation = _STATE.get("host_reservation")
     if reservation is None or nbytes <= reservation.nbytes:
         return ""
-    hold = _STATE["hold"]
-    kind, lock_path = (hold.kind, hold.lock_path) if hold is not None and hold.held else (None, None)
-    release_hold()
-    resume = current_phase()
-    phase("host_wait")
-    try:
-        ok = reservation.resize(nbytes, budget, poll_s=0.1, timeout_s=timeout_s)
-    finally:
-        if resume and resume != "host_wait":
-            phase(resume)
-    if kind is not None:
-        _switch(lock_path, kind, "gpu_wait")
-    if ok:
+    if _resized(reservation, nbytes, budget, timeout_s, "host_wait"):
         return ""
     return (f"the host reservation stayed at {reservation.nbytes / (1 << 30):.1f} GiB: {nbytes / (1 << 30):.1f} "
             f"GiB was not admitted within {timeout_s:g} s")
 
 
+def _resized(reservation: Any, nbytes: int, budget: Any, timeout_s: float, wait_phase: str) -> bool:
+    """Resize a ledger reservation without holding the GPU meanwhile (phase `wait_phase`), then take the
+    hold it had again; whether it was admitted within `timeout_s`."""
+    hold = _STATE["hold"]
+    kind, lock_path = (hold.kind, hold.lock_path) if hold is not None and hold.held else (None, None)
+    with _waiting_for_memory(wait_phase):
+        ok = reservation.resize(nbytes, budget, poll_s=0.1 if wait_phase == "host_wait" else 0.02,
+                                timeout_s=timeout_s)
+    if kind is not None:
+        _switch(lock_path, kind, "gpu_wait")
+    return bool(ok)
+
+
 @contextlib.contextmanager
-def _waiting_for_memory() -> Any:
-    """A wait for memory in the ledger: its own phase (memory_wait), and never while holding the GPU (the
-    holders ahead could not finish); the caller takes a hold again where it needs one."""
+def _waiting_for_memory(wait_phase: str = "memory_wait") -> Any:
+    """A wait for memory in a ledger: its own phase (memory_wait for the device, host_wait for the host),
+    and never while holding the GPU (the holders ahead could not finish); the caller takes a hold again
+    where it needs one."""
     release_hold()
     resume = current_phase()
-    phase("memory_wait")
-    yield
-    if resume and resume != "memory_wait":
-        phase(resume)
+    phase(wait_phase)
+    try:
+        yield
+    finally:
+        if resume and resume != wait_phase:
+            phase(resume)
 
 
 def reserved() -> int | None:
     """This worker's reservation now (bytes), None without one."""
     reservation = _STATE["reservation"]
     return int(reservation.nbytes) if reservation is not None else None
-
-
 
 
 def grow(nbytes: int, budget: Any, timeout_s: float = GROW_TIMEOUT_S) -> str:
@@ -192,14 +189,8 @@ def grow(nbytes: int, budget: Any, timeout_s: float = GROW_TIMEOUT_S) -> str:
     reservation = _STATE["reservation"]
     if reservation is None or nbytes <= reservation.nbytes:
         return ""
-    hold = _STATE["hold"]
-    kind, lock_path = (hold.kind, hold.lock_path) if hold is not None and hold.held else (None, None)
     before = reservation.nbytes
-    with _waiting_for_memory():
-        ok = reservation.resize(nbytes, _cached(budget), timeout_s=timeout_s)
-    if kind is not None:
-        _switch(lock_path, kind, "gpu_wait")
-    if ok:
+    if _resized(reservation, nbytes, _cached(budget), timeout_s, "memory_wait"):
         return ""
     return (f"the reservation stayed at {before / (1 << 30):.1f} GiB: {nbytes / (1 << 30):.1f} GiB, what the "
             f"reference's measured peak asks, was not admitted within {timeout_s:g} s")
