@@ -91,10 +91,16 @@ def test_a_free_buffer_behind_a_busy_one_is_dropped_by_identity() -> None:
     assert pool.retained_bytes() == 8 * MIB and torch.equal(same_size, big * 3)
 
 
-def test_no_budget_or_a_layout_other_than_contiguous_is_not_served() -> None:
+def test_no_budget_or_a_layout_that_is_not_dense_is_not_served() -> None:
+    """A dense layout other than contiguous (a transposed output) is served in that same layout, so the copy
+    into it is one straight pass; a layout with gaps or overlaps, no budget or no elements is not."""
     assert HostBuffers(budget=0).empty_like(torch.randn(16, 16)) is None
     pool = HostBuffers(budget=64 * MIB)
-    assert pool.empty_like(torch.randn(16, 16).t()) is None
+    transposed = torch.randn(16, 32).t()
+    copy = _copy(pool, transposed)
+    assert copy.stride() == transposed.stride() and torch.equal(copy, transposed)
+    assert pool.empty_like(torch.randn(16, 32)[:, ::2]) is None  # gaps between the elements
+    assert pool.empty_like(torch.randn(16, 1).expand(16, 8)) is None  # elements that share memory
     assert pool.empty_like(torch.empty(0)) is None
 
 

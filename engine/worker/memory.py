@@ -801,7 +801,7 @@ def task_name(path: str) -> str:
 
 
 def check_task(job: EvalJob, task: Any, init: list[Any], device: Any, float_dtype: Any,
-               mem: dict[str, Any]) -> None:
+               mem: dict[str, Any], admit_host: Callable[[int], Any] | None = None) -> None:
     """The task's own check, before any candidate is built: get_inputs() runs (on the meta device, else
     for real on the host), the footprint is counted, and on CUDA the task must fit the card or cap.
 
@@ -837,12 +837,10 @@ def check_task(job: EvalJob, task: Any, init: list[Any], device: Any, float_dtyp
 
     POOL.budget = int(mem["host_needed_bytes"])  # host_copy's reused buffers stay within the host estimate
     POOL.pin = True  # and are page-locked: the large copies run by DMA, not staged by a CPU memcpy
-    if job.gpu_lock_path and mem["host_needed_bytes"] >= HOST_RESERVE_MIN_BYTES:
-        from cudaforge.engine.worker import gpu_share
-
-        # Beside our other evaluations, wait for the host memory they hold rather than fail for it.
-        gpu_share.reserve_host(job.gpu_lock_path, int(mem["host_needed_bytes"]), host_budget(job.gpu_lock_path),
-                               label=task_name(job.task_path))
+    if admit_host is not None and mem["host_needed_bytes"] >= HOST_RESERVE_MIN_BYTES:
+        # Beside our other evaluations, wait for the host memory they hold rather than fail for it
+        # (the worker: gpu_share.reserve_host).
+        admit_host(int(mem["host_needed_bytes"]))
     host_free = host_available_bytes()
     if host_free is not None and mem["host_needed_bytes"] > host_free:
         mem.update(fits=False, message=host_message(task_name(job.task_path), mem["host_needed_bytes"], host_free))

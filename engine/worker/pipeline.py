@@ -855,6 +855,16 @@ def _grow_reservation(job: EvalJob, device: Any, mem: dict[str, Any]) -> None:
     mem["reserved_bytes"] = gpu_share.reserved()
 
 
+def _host_admission(job: EvalJob) -> Any:
+    """How the task check reserves its host estimate beside our other evaluations (None: no GPU lock, so
+    no others to share the host with)."""
+    if not job.gpu_lock_path:
+        return None
+    lock_path = job.gpu_lock_path
+    return lambda nbytes: gpu_share.reserve_host(lock_path, nbytes, memory.host_budget(lock_path),
+                                                 label=memory.task_name(job.task_path))
+
+
 def _grow_host(job: EvalJob, mem: dict[str, Any], extra: int) -> None:
     """A second input set on the host (the cache probes: memory.host_needed_bytes): the host estimate, its
     reservation beside our other evaluations and the host buffers' budget grow by `extra` bytes."""
@@ -927,7 +937,8 @@ def evaluate(job: EvalJob, report: ReportDraft) -> None:
     source_checks = source_findings(Path(job.candidate_path).read_text(encoding="utf-8"),
                                     Path(job.task_path).read_text(encoding="utf-8"), precision=job.precision)
     task, init, model = load_task(job, device)
-    memory.check_task(job, task, init, device, _float_dtype(job.precision), mem)  # before the candidate
+    memory.check_task(job, task, init, device, _float_dtype(job.precision), mem,  # before the candidate
+                      admit_host=_host_admission(job))
     with PRECISION.call("the candidate's import and ModelNew(...)"):
         model_new, compiled = build_candidate(job, recorder, task, init, device)
     report.compile = compiled
