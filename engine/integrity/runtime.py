@@ -292,11 +292,12 @@ class RotationPrepare:
 def largest_magnitude(t: Any) -> float:
     """max |t| from one fused min/max reduction: `t.abs().max()` made an output-sized temporary, which put
     a second output beside the expected one in every sampled timed check (on the H200 a 2 GiB softmax's
-    timing peaked at 1.28x the reference's own peak, level1/11's at 1.77x)."""
+    timing peaked at 1.28x the reference's own peak, level1/11's at 1.77x). In memory order (flat_view): on
+    a transposed output aminmax made a contiguous copy first (level1/97's 2 GiB, bench/peak_trace.py)."""
     import torch
 
     with torch.no_grad():
-        low, high = torch.aminmax(t)
+        low, high = torch.aminmax(t if t.is_contiguous() else flat_view(t))
     return max(abs(float(low)), abs(float(high)))
 
 
