@@ -15,7 +15,7 @@ pool keeps stays within a budget, the evaluation's host estimate (memory.host_ne
 buffers are dropped before a new one would take the pool over it, and all of them by `trim()`. The
 pool lives and dies with the worker process, which makes one evaluation.
 
-On CUDA the pool page-locks each buffer it makes (`pin`, cudaHostRegister), once, and unlocks it before
+On CUDA the pool page-locks each buffer it makes (`pin`, cuMemHostRegister), once, and unlocks it before
 it lets it go. A copy between the device and pageable memory is staged through the driver's own pinned
 buffer by a CPU memcpy, one piece at a time: 16 GB/s into reused pageable memory on the H200, alone, and
 less with eight evaluations side by side, each burning a core on the staging. A page-locked buffer is a
@@ -41,7 +41,7 @@ SLACK_FRACTION = 0.25
 class _Buffer:
     base: Any  # a 1-D uint8 host tensor
     idle_count: int  # its storage's use count when nothing but the pool holds it
-    locked: bool = False  # page-locked (cudaHostRegister): unlocked before the pool lets it go
+    locked: bool = False  # page-locked (cuMemHostRegister): unlocked before the pool lets it go
 
 
 @dataclass
@@ -109,28 +109,43 @@ class HostBuffers:
 
 
 def page_lock(base: Any) -> bool:
-    """Page-lock a host tensor's memory for DMA (cudaHostRegister); whether it worked (where it does not,
-    e.g. no CUDA, the buffer stays pageable and copies take the staged path). The pages are touched first
-    on all of torch's CPU threads: the driver would fault them in one at a time."""
+    """Page-lock a host tensor's memory for DMA; whether it worked (where it does not, e.g. no CUDA, the
+    buffer stays pageable and copies take the staged path). The pages are touched first on all of torch's
+    CPU threads: the driver would fault them in one at a time. Through the driver API (cuMemHostRegister),
+    not the runtime's: a refusal there would stay in the runtime's last error, and PyTorch's next kernel
+    launch check would raise it as its own."""
+    import ctypes
+
     import torch
 
-    if not torch.cuda.is_available():
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return False
     try:
+        from cudaforge.engine.nvrtc import _driver
+
+        register = _driver().cuMemHostRegister_v2
+        register.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+        register.restype = ctypes.c_int
         base.zero_()
-        runtime = torch.cuda.cudart()
-        return int(runtime.cudaHostRegister(base.data_ptr(), base.numel() * base.element_size(), 0)) == 0
-    except Exception:  # a runtime without the binding, or no room to lock: pageable copies still work
+        return register(base.data_ptr(), base.numel() * base.element_size(), 0) == 0
+    except (OSError, AttributeError, RuntimeError):  # no driver library or symbol: pageable copies still work
         return False
 
 
 def page_unlock(base: Any) -> None:
     """Undo page_lock, after the device finished every copy queued on the memory (they are async)."""
+    import ctypes
+
     import torch
 
     with contextlib.suppress(Exception):
+        from cudaforge.engine.nvrtc import _driver
+
         torch.cuda.synchronize()
-        torch.cuda.cudart().cudaHostUnregister(base.data_ptr())
+        unregister = _driver().cuMemHostUnregister
+        unregister.argtypes = [ctypes.c_void_p]
+        unregister.restype = ctypes.c_int
+        unregister(base.data_ptr())
 
 
 @functools.cache
