@@ -57,6 +57,7 @@ triton|3|gpu|Do Triton candidates time like do_bench, and how long is a Triton r
 sweep-level1|9|gpu,kernelbench|Does every KernelBench level-1 reference get its verdict under the memory cap: bench/kernelbench_sweep.py
 sweep-level2|9|gpu,kernelbench|The same for level 2
 sweep-level3|9|gpu,kernelbench|The same for level 3
+sweep-all|9|gpu,kernelbench|Do all 250 problems get their verdicts in one sweep, and how long does it take (the issue's 5-minute target): bench/kernelbench_sweep.py --levels 1,2,3
 sweep-recheck|4|gpu,kernelbench|The same for the problems listed in bench/lists/sweep-recheck.txt (the last sweep's misses and outliers)
 batch|8|gpu,kernelbench,wheels|Do 4 sessions at once over the ten largest level-1 problems stay out of oom under the cap: bench/batch_largest.py
 tui|4|gpu,wheels|Does the workbench run a review session on the GPU, and how fast do keys render: bench/workbench_session.py
@@ -186,11 +187,12 @@ step() {
         triton)
             run triton.log "$STEP_LIMIT" "$PY" bench/triton_gpu.py --json "$OUT/triton_gpu.json"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 '^accepted' "$OUT/triton.log" | cut -c1-90)" ;;
-        sweep-level[123]|sweep-recheck)
+        sweep-level[123]|sweep-all|sweep-recheck)
             [ -n "$KB" ] || { printf 'skipped\tno KernelBench folder (carry .kb/ or set KERNELBENCH_DIR)\n'; return; }
             name=$1; [ "$SHARD" != 1/1 ] && name="$1-${SHARD/\//of}"
             local which=(--levels "${1#sweep-level}")
             [ "$1" = sweep-recheck ] && which=(--list bench/lists/sweep-recheck.txt)
+            [ "$1" = sweep-all ] && which=(--levels 1,2,3)
             rm -f "$OUT/$name.rows.jsonl"
             # shellcheck disable=SC2086
             run "$name.log" "$STEP_LIMIT" "$PY" bench/kernelbench_sweep.py "$KB" "${which[@]}" \

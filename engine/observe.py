@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 CHUNK_ELEMENTS = 1 << 20  # elements per slice of a whole-tensor pass (fingerprints, compares, the fixed-value
@@ -56,13 +56,52 @@ def flat_view(t: Any) -> Any:
     return t.permute(order).view(-1) if order is not None else t.reshape(-1)
 
 
-def flat_pair(expected: Any, got: Any) -> tuple[Any, Any, tuple[int, ...]]:
-    """Two tensors of one shape flattened in the same element order, for an element-by-element compare:
-    the memory order of `expected` (a view of it where it is dense), applied to both, so `got` in the same
-    layout is a view too; and that order, to map a flat index back to the tensors' coordinates
-    (unravel in the permuted shape, then `coords[order[i]] = c[i]`)."""
-    order = memory_order(expected) or tuple(range(expected.dim()))
-    return expected.permute(order).reshape(-1), got.permute(order).reshape(-1), order
+def common_order(expected: Any, got: Any) -> tuple[int, ...]:
+    """One element order for comparing two tensors of one shape: the memory order of the one that lives on
+    a GPU where exactly one does (its pieces are then views, and only the host side's are copied, a piece at
+    a time), else of `expected`, else of `got`, else the logical order."""
+    first, second = (got, expected) if got.device.type != "cpu" and expected.device.type == "cpu" else (expected, got)
+    return memory_order(first) or memory_order(second) or tuple(range(expected.dim()))
+
+
+def paired_pieces(expected: Any, got: Any, order: tuple[int, ...], step: int) -> Iterator[tuple[int, Any, Any]]:
+    """(offset, e, g): flat pieces of two tensors of one shape, in `order` (common_order), at most `step`
+    elements each, `offset` counting in that order. A side laid out in that order gives views; the other
+    gives copies of one piece at a time, never of the whole tensor: a reference whose output is transposed
+    in memory beside a candidate's contiguous one (an attention kernel's) costs no output-sized copy."""
+    yield from _pieces(expected.permute(order), got.permute(order), step, 0)
+
+
+def _pieces(e: Any, g: Any, step: int, offset: int) -> Iterator[tuple[int, Any, Any]]:
+    n = e.numel()
+    if n == 0:
+        return
+    if e.is_contiguous() and g.is_contiguous():
+        e, g = e.view(-1), g.view(-1)
+    if e.dim() <= 1:
+        e, g = e.reshape(-1), g.reshape(-1)  # a 0-d tensor as one element; 1-D stays as it is
+        for start in range(0, n, step):
+            yield offset + start, e[start:start + step].reshape(-1), g[start:start + step].reshape(-1)
+        return
+    inner = n // e.shape[0]
+    if inner >= step:  # one row is a slice or more: each row on its own
+        for i in range(e.shape[0]):
+            yield from _pieces(e[i], g[i], step, offset + i * inner)
+        return
+    rows = step // inner
+    for i in range(0, e.shape[0], rows):
+        yield offset + i * inner, e[i:i + rows].reshape(-1), g[i:i + rows].reshape(-1)
+
+
+def coordinates(flat_indices: list[int], shape: Any, order: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Tensor coordinates of flat indices counted in `order` (paired_pieces' offsets)."""
+    import torch
+
+    if not len(shape):
+        return [() for _ in flat_indices]
+    permuted = [shape[d] for d in order]
+    rows = torch.stack(torch.unravel_index(torch.tensor(flat_indices, dtype=torch.int64), permuted), dim=1).tolist()
+    return [tuple(int(c[order.index(d)]) for d in range(len(order))) for c in rows]
 
 
 # The fingerprint's position weights are keyed per process (drawn when this module is imported, before any

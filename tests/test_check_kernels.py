@@ -72,7 +72,8 @@ def test_comparison_statistics_match_the_pytorch_form(dtype: torch.dtype, specia
     fused = check_kernels.compare_stats(e, g, atol, rtol)
     assert fused is not None
     stats, vals, idxs = fused
-    ref_stats, ref_vals, ref_idxs = compare._compare_in_slices(e, g, e.device, torch.float32, False, atol, rtol, 5,
+    pieces = observe.paired_pieces(e, g, (0,), observe.slice_elements(e.device))
+    ref_stats, ref_vals, ref_idxs = compare._compare_in_slices(pieces, e.device, torch.float32, False, atol, rtol, 5,
                                                                 fuse=False)
     got, want = stats.tolist(), ref_stats.tolist()
     assert all(_same(a, b) for a, b in zip(got, want, strict=True)), (got, want)
@@ -111,8 +112,8 @@ def test_a_host_parked_output_compares_by_fused_slices_as_on_the_device(layout: 
         == [(60, 250, 250), (3, 17, 200)]
     assert [w.abs_err for w in from_host.worst] == [w.abs_err for w in on_device.worst]
     assert from_host.max_abs_err == on_device.max_abs_err == float("inf")
-    ef, gf, _ = observe.flat_pair(e, g)
-    stats, _, _ = compare._compare_in_slices(ef, gf, e.device, torch.float32, False, 1e-4, 1e-4, 5, fuse=False)
+    pieces = observe.paired_pieces(e, g, observe.common_order(e, g), observe.slice_elements(e.device))
+    stats, _, _ = compare._compare_in_slices(pieces, e.device, torch.float32, False, 1e-4, 1e-4, 5, fuse=False)
     assert int(stats[0]) == from_host.mismatches
 
 

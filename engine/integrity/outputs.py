@@ -14,7 +14,7 @@ from typing import Any
 from cudaforge.engine import check_kernels
 from cudaforge.engine.integrity.registry import finding
 from cudaforge.engine.integrity.runtime import flip_in_place
-from cudaforge.engine.observe import flat_pair, flat_view, slice_elements, tensor_bytes
+from cudaforge.engine.observe import common_order, flat_view, paired_pieces, slice_elements, tensor_bytes
 from cudaforge.engine.results import Finding, Severity
 
 SPARSE_ROUNDS = 3  # sparse same-memory probes of check_cache_reuse, each with its own random mask
@@ -119,8 +119,8 @@ def _draw_elsewhere(work: list[Any], draw: Callable[[], list[Any]], to_host: Cal
 
 
 def _match(expected: list[Any], got: list[Any], atol: float, rtol: float) -> bool:
-    """Whether every output is within tolerance (torch.isclose, NaN equal to NaN), in slices over the
-    flat views of both in one element order (observe.flat_pair: no full-size copy of a dense layout); the
+    """Whether every output is within tolerance (torch.isclose, NaN equal to NaN), in slices of both in one
+    element order (observe.paired_pieces: views, or copies of one slice, never of a whole output); the
     verdict stays on the device until the end: one host sync per output, not one per slice (with eight
     evaluations time-sliced on one GPU, each sync waited for the others' turns)."""
     import torch
@@ -137,13 +137,12 @@ def _match(expected: list[Any], got: list[Any], atol: float, rtol: float) -> boo
         if e.numel() == 0:
             continue
         where = e.device if e.device.type != "cpu" else g.device  # a host copy comes over slice by slice
-        ef, gf, _ = flat_pair(e.detach(), g.detach())
         floating = e.is_floating_point() or e.is_complex()
         ok = torch.ones((), dtype=torch.bool, device=where)
-        step = slice_elements(where)
-        for start in range(0, ef.numel(), step):
-            es = ef[start:start + step].to(where, non_blocking=True)
-            gs = gf[start:start + step].to(where, non_blocking=True)
+        order = common_order(e, g)
+        for _, e_part, g_part in paired_pieces(e.detach(), g.detach(), order, slice_elements(where)):
+            es = e_part.to(where, non_blocking=True)
+            gs = g_part.to(where, non_blocking=True)
             fused = check_kernels.compare_stats(es, gs, atol, rtol) if floating else None
             if fused is not None:  # on a GPU: one pass (the same tolerance and NaN rules as isclose here)
                 ok &= fused[0][0] == 0

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 from cudaforge.engine import check_kernels
-from cudaforge.engine.observe import checkpoint, flat_pair, slice_elements
+from cudaforge.engine.observe import checkpoint, common_order, coordinates, paired_pieces, slice_elements
 from cudaforge.engine.results import OutputCheck, WorstElement
 
 _CHUNK: int | None = None  # elements per compared slice where set (tests); else observe.slice_elements
@@ -45,13 +46,19 @@ def compare_output(index: int, expected: Any, got: Any, atol: float, rtol: float
     work = torch.float64 if (exact or expected.dtype == torch.float64) else torch.float32
     # In slices: full-size float temporaries (diff, masks, copies) would each cost the output's size again.
     # One pass per slice, its statistics kept on the device: the host waits once at the end, not per slice.
-    # Flat in the memory order of `expected` (views where both share a dense layout: no full-size copy).
-    ef, gf, memory_dims = flat_pair(expected.detach(), got.detach())
-    fused = None if exact or _CHUNK or worst_k > check_kernels.TOP else check_kernels.compare_stats(ef, gf, atol, rtol)
-    if fused is not None:  # both on one GPU: one pass, the same statistics (check_kernels.py)
+    # Both in one element order (observe.common_order): views where a side is laid out in it, else copies
+    # of one slice at a time; never a copy of a whole output.
+    e_in, g_in = expected.detach(), got.detach()
+    memory_dims = common_order(e_in, g_in)
+    ep, gp = e_in.permute(memory_dims), g_in.permute(memory_dims)
+    fused = None
+    if not (exact or _CHUNK or worst_k > check_kernels.TOP) and ep.is_contiguous() and gp.is_contiguous():
+        fused = check_kernels.compare_stats(ep.view(-1), gp.view(-1), atol, rtol)
+    if fused is not None:  # both on one GPU in one layout: one pass, the same statistics (check_kernels.py)
         stats, vals, idxs = fused
     else:
-        stats, vals, idxs = _compare_in_slices(ef, gf, where, work, exact, atol, rtol, worst_k)
+        pieces = paired_pieces(e_in, g_in, memory_dims, _CHUNK or slice_elements(where))
+        stats, vals, idxs = _compare_in_slices(pieces, where, work, exact, atol, rtol, worst_k)
     k = min(worst_k, numel, vals.numel())
     order = vals.topk(k).indices
     count, nonfinite_f, max_abs, max_rel = stats.tolist()
@@ -64,14 +71,10 @@ def compare_output(index: int, expected: Any, got: Any, atol: float, rtol: float
     if max_abs > 0:
         top = [(v, fi) for v, fi in zip(vals[order].tolist(), idxs[order].tolist(), strict=True) if v > 0]
         if top:
-            flat_idx = torch.tensor([fi for _, fi in top], dtype=torch.int64)
-            permuted = [expected.shape[d] for d in memory_dims]
-            coords = [[c[memory_dims.index(d)] for d in range(len(memory_dims))]  # back from the memory order
-                      for c in torch.stack(torch.unravel_index(flat_idx, permuted), dim=1).tolist()] \
-                if expected.dim() else [[] for _ in top]
-            e_vals = ef[flat_idx.to(ef.device)].to(work).tolist()
-            g_vals = gf[flat_idx.to(gf.device)].to(work).tolist()
-            worst = [WorstElement(index=tuple(int(i) for i in c), expected=float(ev), got=float(gv), abs_err=float(v))
+            coords = coordinates([fi for _, fi in top], expected.shape, memory_dims)  # back from that order
+            e_vals = [float(e_in[c].to(work)) for c in coords]
+            g_vals = [float(g_in[c].to(work)) for c in coords]
+            worst = [WorstElement(index=c, expected=ev, got=gv, abs_err=float(v))
                      for (v, _), c, ev, gv in zip(top, coords, e_vals, g_vals, strict=True)]
     finite_all = nonfinite == 0
     reason = ""
@@ -83,30 +86,29 @@ def compare_output(index: int, expected: Any, got: Any, atol: float, rtol: float
                        numel=numel, nonfinite_got=0 if finite_all else nonfinite, worst=tuple(worst), reason=reason, **base)
 
 
-def _compare_in_slices(ef: Any, gf: Any, where: Any, work: Any, exact: bool, atol: float, rtol: float,
-                       worst_k: int, fuse: bool = True) -> tuple[Any, Any, Any]:
-    """(stats, largest abs errors, their flat indices), a slice at a time: the fused kernel per slice where
-    it applies (`fuse`), else the PyTorch form (the tests' reference for the kernel)."""
-    numel = ef.numel()
+def _compare_in_slices(pieces: Iterable[tuple[int, Any, Any]], where: Any, work: Any, exact: bool, atol: float,
+                       rtol: float, worst_k: int, fuse: bool = True) -> tuple[Any, Any, Any]:
+    """(stats, largest abs errors, their flat indices) over `pieces` (observe.paired_pieces: offset, expected
+    slice, got slice), a slice at a time: the fused kernel per slice where it applies (`fuse`), else the
+    PyTorch form (the tests' reference for the kernel)."""
     stats = torch.zeros(4, dtype=torch.float64, device=where)  # mismatches, non-finite, max abs, max rel
     top_vals: list[Any] = []
     top_idx: list[Any] = []
-    chunk = _CHUNK or slice_elements(where)
     # On a GPU, a float slice that came over from the host is compared by the fused kernel (one pass, as
     # compare_output's whole-tensor path) rather than by a dozen PyTorch passes with temporaries: with
     # eight evaluations time-sliced on one GPU those passes were most of a 6 GiB output's compare.
-    fusable = fuse and not exact and not _CHUNK and worst_k <= check_kernels.TOP and ef.dtype == gf.dtype
-    for start in range(0, numel, chunk):
+    fusable = fuse and not exact and not _CHUNK and worst_k <= check_kernels.TOP
+    for start, e_part, g_part in pieces:
         fused = None
-        if fusable:
-            e = ef[start:start + chunk].to(device=where, non_blocking=True)
-            g = gf[start:start + chunk].to(device=where, non_blocking=True)
+        if fusable and e_part.dtype == g_part.dtype:
+            e = e_part.to(device=where, non_blocking=True)
+            g = g_part.to(device=where, non_blocking=True)
             fused = check_kernels.compare_stats(e, g, atol, rtol)
         if fused is not None:
             part, values, idx = fused
         else:
-            e = ef[start:start + chunk].to(device=where, dtype=work, non_blocking=True)
-            g = gf[start:start + chunk].to(device=where, dtype=work, non_blocking=True)
+            e = e_part.to(device=where, dtype=work, non_blocking=True)
+            g = g_part.to(device=where, dtype=work, non_blocking=True)
             part, diff = _compare_slice(e, g, exact, atol, rtol)
             values, idx = diff.topk(min(worst_k, diff.numel()))
             del diff
@@ -114,7 +116,7 @@ def _compare_in_slices(ef: Any, gf: Any, where: Any, work: Any, exact: bool, ato
         stats[2:] = torch.maximum(stats[2:], part[2:])
         top_vals.append(values)
         top_idx.append(idx + start)
-        del e, g
+        del e, g, e_part, g_part
         checkpoint()  # a step boundary: a timed window waiting elsewhere goes first (no-op inside a window)
     return stats, torch.cat(top_vals), torch.cat(top_idx)
 

@@ -857,8 +857,8 @@ def _grow_reservation(job: EvalJob, device: Any, mem: dict[str, Any]) -> None:
 
 def _host_admission(job: EvalJob) -> Any:
     """How the task check reserves its host estimate beside our other evaluations (None: no GPU lock, so
-    no others to share the host with)."""
-    if not job.gpu_lock_path:
+    no others to share the host with, or no reading of the host's available memory to admit against)."""
+    if not job.gpu_lock_path or memory.host_available_bytes() is None:
         return None
     lock_path = job.gpu_lock_path
     return lambda nbytes: gpu_share.reserve_host(lock_path, nbytes, memory.host_budget(lock_path),
