@@ -141,20 +141,20 @@ def grow_host(nbytes: int, budget: Any, timeout_s: float = GROW_TIMEOUT_S) -> st
     reservation = _STATE.get("host_reservation")
     if reservation is None or nbytes <= reservation.nbytes:
         return ""
-    if _resized(reservation, nbytes, budget, timeout_s, "host_wait"):
+    if _resized(reservation, nbytes, budget, timeout_s, "host_wait", poll_s=0.1):
         return ""
     return (f"the host reservation stayed at {reservation.nbytes / (1 << 30):.1f} GiB: {nbytes / (1 << 30):.1f} "
             f"GiB was not admitted within {timeout_s:g} s")
 
 
-def _resized(reservation: Any, nbytes: int, budget: Any, timeout_s: float, wait_phase: str) -> bool:
-    """Resize a ledger reservation without holding the GPU meanwhile (phase `wait_phase`), then take the
-    hold it had again; whether it was admitted within `timeout_s`."""
+def _resized(reservation: Any, nbytes: int, budget: Any, timeout_s: float, wait_phase: str,
+             poll_s: float = 0.02) -> bool:
+    """Resize a ledger reservation without holding the GPU meanwhile (phase `wait_phase`, asking every
+    `poll_s`), then take the hold it had again; whether it was admitted within `timeout_s`."""
     hold = _STATE["hold"]
     kind, lock_path = (hold.kind, hold.lock_path) if hold is not None and hold.held else (None, None)
     with _waiting_for_memory(wait_phase):
-        ok = reservation.resize(nbytes, budget, poll_s=0.1 if wait_phase == "host_wait" else 0.02,
-                                timeout_s=timeout_s)
+        ok = reservation.resize(nbytes, budget, poll_s=poll_s, timeout_s=timeout_s)
     if kind is not None:
         _switch(lock_path, kind, "gpu_wait")
     return bool(ok)

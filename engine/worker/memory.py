@@ -725,8 +725,7 @@ def host_copy(values: list[Any], wait: bool = True) -> list[Any]:
     """Host copies of the tensors among `values` (others as they are): on CUDA pinned up to
     PINNED_MAX_BYTES, so a compare or a restore moves them back slice by slice at full bandwidth, larger
     ones in page-locked host buffers reused from earlier copies (host_buffers.py); plain clones on the CPU
-    device. What the
-    device then holds is one set of inputs and one of outputs; the copies wait on the host.
+    device. What the device then holds is one set of inputs and one of outputs; the copies wait on the host.
 
     `wait=False` leaves the copies queued on the current stream (the caller synchronizes before it reads
     them; whatever the stream does next to the originals runs after the copies)."""
