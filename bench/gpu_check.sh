@@ -63,7 +63,9 @@ batch|8|gpu,kernelbench,wheels|Do 4 sessions at once over the ten largest level-
 tui|4|gpu,wheels|Does the workbench run a review session on the GPU, and how fast do keys render: bench/workbench_session.py
 sol|4|gpu|How far is each result from the speed of light: bench/speed_of_light.py (skipped where absent)
 host-copy|1|gpu|How fast is a 2 GiB device-to-host copy into new memory, a reused buffer and a page-locked one: bench/host_copy_bench.py
-peak-trace|2|gpu,kernelbench|Which tensors make one problem's peak (TRACE_PROBLEM, level1/97 by default): cudaforge eval with the allocator's history, bench/peak_trace.py"
+peak-trace|2|gpu,kernelbench|Which tensors make one problem's peak (TRACE_PROBLEM, level1/97 by default): cudaforge eval with the allocator's history, bench/peak_trace.py
+ncu-cost|2|gpu|What each ncu metric set costs the round's profile (passes, the worker's profile phase): bench/ncu_cost.py
+event-gap|1|gpu|Where the CUDA events and CUPTI's kernel time part on a short kernel (gelu): bench/event_gap.py"
 
 list_steps() {
     printf '%-16s %-4s %-24s %s\n' step min needs "question"
@@ -193,13 +195,27 @@ step() {
             local which=(--levels "${1#sweep-level}")
             [ "$1" = sweep-recheck ] && which=(--list bench/lists/sweep-recheck.txt)
             [ "$1" = sweep-all ] && which=(--levels 1,2,3)
-            rm -f "$OUT/$name.rows.jsonl"
+            rm -f "$OUT/$name.rows.jsonl" "$OUT/$name.locklog"
+            # The GPU's utilization every 0.5 s, and every process's lock events: bench/lock_timeline.py
+            # splits the wall into exclusive, drain, shared and idle time from them.
+            local smi=""
+            if command -v nvidia-smi >/dev/null; then
+                nvidia-smi --query-gpu=timestamp,utilization.gpu,utilization.memory,memory.used \
+                    --format=csv,noheader,nounits -lms 500 > "$OUT/$name.util.csv" 2>/dev/null & smi=$!
+            fi
             # shellcheck disable=SC2086
-            run "$name.log" "$STEP_LIMIT" "$PY" bench/kernelbench_sweep.py "$KB" "${which[@]}" \
+            run "$name.log" "$STEP_LIMIT" env CUDAFORGE_LOCK_LOG="$OUT/$name.locklog" \
+                "$PY" bench/kernelbench_sweep.py "$KB" "${which[@]}" \
                 --jobs "$JOBS" --gpu-memory-gb "$GPU_MEMORY_GB" --shard "$SHARD" --give-up-after 6 \
                 ${ORDER_FROM:+--order-from $ORDER_FROM} \
                 --json "$OUT/$name.json" --rows "$OUT/$name.rows.jsonl"; rc=$?
-            printf '%s\t%s\n' "$(status $rc)" "$(sweep_line "$name")" ;;
+            [ -n "$smi" ] && kill "$smi" 2>/dev/null
+            "$PY" bench/lock_timeline.py "$OUT/$name.locklog" --json "$OUT/$name.timeline.json" \
+                > "$OUT/$name.timeline.txt" 2>&1
+            local util
+            util=$(awk -F', *' 'NF >= 2 && $2 ~ /^[0-9]+$/ {s += $2; n++} END {if (n) printf "; GPU busy %.0f %%", s / n}' \
+                "$OUT/$name.util.csv" 2>/dev/null)
+            printf '%s\t%s\n' "$(status $rc)" "$(sweep_line "$name")$util" ;;
         batch)
             [ -n "$KB" ] || { printf 'skipped\tno KernelBench folder (carry .kb/ or set KERNELBENCH_DIR)\n'; return; }
             [ "$WHEELS" = ok ] || { printf 'skipped\tneeds openai & co.: carry the wheels in .whl/\n'; return; }
@@ -222,6 +238,12 @@ step() {
             run peak_trace.log "$STEP_LIMIT" "$PY" bench/peak_trace.py "$KB/${TRACE_PROBLEM:-level1/97_ScaledDotProductAttention}.py" \
                 --gpu-memory-gb "$GPU_MEMORY_GB" --out "$OUT/peak_trace"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 '^ratio' "$OUT/peak_trace.log" | cut -c1-90)" ;;
+        ncu-cost)
+            run ncu_cost.log "$STEP_LIMIT" "$PY" bench/ncu_cost.py --json "$OUT/ncu_cost.json"; rc=$?
+            printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 '^| cudaforge' "$OUT/ncu_cost.log" | cut -c1-90)" ;;
+        event-gap)
+            run event_gap.log "$STEP_LIMIT" "$PY" bench/event_gap.py --json "$OUT/event_gap.json"; rc=$?
+            printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 '^| window | candidate' "$OUT/event_gap.log" | cut -c1-90)" ;;
         host-copy)
             run host_copy.log "$STEP_LIMIT" "$PY" bench/host_copy_bench.py --gib 2 --json "$OUT/host_copy.json"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/host_copy.log")" ;;

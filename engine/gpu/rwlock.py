@@ -28,6 +28,25 @@ from pathlib import Path
 READ = "read"
 WRITE = "write"
 _HELD: list[Hold] = []  # this process's live holds: a write hold under a read hold would wait for itself
+LOG_ENV = "CUDAFORGE_LOCK_LOG"  # a file: every want, got and drop of every process is appended to it
+# What this process is doing, for the log's lines (the worker sets it to its phase; spares say "spare").
+STEP_LABEL: list[Callable[[], str | None]] = [lambda: None]
+
+
+def _log(event: str, kind: str, lock_path: str) -> None:
+    """One line of the lock log (LOG_ENV), when asked for: bench/lock_timeline.py rebuilds from it who held,
+    waited for and drained the GPU when. One O_APPEND write per line, so processes never interleave."""
+    target = os.environ.get(LOG_ENV)
+    if not target:
+        return
+    with contextlib.suppress(Exception):
+        step = STEP_LABEL[0]() or ""
+        line = f"{time.time():.6f} {os.getpid()} {event} {kind} {step.replace(' ', '_') or '-'}\n"
+        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
 
 
 def writers_path(lock_path: str | os.PathLike[str]) -> Path:
@@ -85,6 +104,7 @@ class Hold:
                 sync()
         finally:
             fds, self._fds = self._fds, []
+            _log("drop", self.kind, self.lock_path)
             with contextlib.suppress(ValueError):
                 _HELD.remove(self)
             for fd in fds:  # the GPU lock first, then the turnstile
@@ -104,6 +124,7 @@ def acquire(lock_path: str | os.PathLike[str], kind: str) -> Hold:
         raise RuntimeError("a write hold was asked while this process holds the GPU lock: release it first "
                            "(a hold is never upgraded)")
     start = time.monotonic()
+    _log("want", kind, os.fspath(path))
     turnstile = _open(writers_path(path))
     main = _open(path)
     try:
@@ -120,11 +141,13 @@ def acquire(lock_path: str | os.PathLike[str], kind: str) -> Hold:
             os.close(turnstile)
             fds = [main]
     except BaseException:
+        _log("gave_up", kind, os.fspath(path))
         for fd in (main, turnstile):
             with contextlib.suppress(OSError):
                 os.close(fd)
         raise
     h = Hold(kind=kind, lock_path=os.fspath(path), waited_s=time.monotonic() - start, _fds=fds)
+    _log("got", kind, h.lock_path)
     _HELD.append(h)
     return h
 

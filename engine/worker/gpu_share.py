@@ -13,13 +13,15 @@ import contextlib
 import time
 from typing import Any
 
-from cudaforge.engine.worker.harness import current_phase, phase
+from cudaforge.engine.gpu import rwlock
+from cudaforge.engine.worker.harness import current_phase, current_step, phase
 
 _STATE: dict[str, Any] = {"hold": None, "reservation": None, "host_reservation": None, "shared_s": 0.0,
                           "exclusive_s": 0.0, "since": 0.0, "yields": 0, "paused": 0}
 HOLD_TOTALS = ("gpu_exclusive", "gpu_shared", "gpu_yields", "gpu_window_pauses")  # seconds()' keys: no steps
 GROW_TIMEOUT_S = 30.0  # two evaluations that each wait to grow beside the other would wait for ever
 BUDGET_TTL_S = 1.0  # the card's budget is re-read at most this often while a reservation waits
+rwlock.STEP_LABEL[0] = current_step  # the lock log (rwlock.LOG_ENV) names the step that took or dropped a hold
 
 
 def _switch(lock_path: str | None, kind: str, wait_phase: str) -> None:

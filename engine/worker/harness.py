@@ -27,6 +27,7 @@ from cudaforge.engine.worker.failures import TaskFailure
 _PROGRESS: Path | None = None
 _PHASES: dict[str, float] = {}
 _PHASE_START: list[Any] = [None, 0.0]
+_SUB_PHASES: list[str] = []  # the sub-phases open now, innermost last
 
 
 def set_progress(path: Path) -> None:
@@ -43,6 +44,13 @@ def reset_phases() -> None:
 
 def current_phase() -> str | None:
     return _PHASE_START[0]
+
+
+def current_step() -> str | None:
+    """The phase and its innermost open sub-phase (`correctness.compare`), or the phase alone."""
+    if _PHASE_START[0] is None:
+        return None
+    return f"{_PHASE_START[0]}.{_SUB_PHASES[-1]}" if _SUB_PHASES else _PHASE_START[0]
 
 
 def phases() -> dict[str, float]:
@@ -73,9 +81,11 @@ def sub_phase(name: str) -> Any:
     """Time a part of the current phase, recorded as `<phase>.<name>` beside it: where a phase's time
     goes, without a new progress phase (the per-phase limits stay those of the phase)."""
     start = time.perf_counter()
+    _SUB_PHASES.append(name)
     try:
         yield
     finally:
+        _SUB_PHASES.pop()
         key = f"{_PHASE_START[0]}.{name}"
         _PHASES[key] = round(_PHASES.get(key, 0.0) + time.perf_counter() - start, 4)
 

@@ -1,0 +1,138 @@
+"""Where a sweep's GPU time went, from the lock log (CUDAFORGE_LOCK_LOG, engine/gpu/rwlock.py).
+
+Every process that takes the per-GPU reader/writer lock appends `time pid event kind step` lines to the log
+(event: want, got, drop, gave_up; kind: read or write; step: the worker's phase and sub-phase when it
+happened). This rebuilds the lock's timeline and splits the wall into:
+
+- exclusive: a writer (a timed window, an ncu run) holds the GPU;
+- drain: a writer waits while readers still hold it (they finish their current step first);
+- handover: a writer waits and nobody holds the GPU (the lock passing hands);
+- shared: readers hold it and no writer waits;
+- idle: nobody holds it.
+
+It also says which reader steps drained longest: the time a reader was the only holder while a writer
+waited (everyone else waited for that one step), by the step that reader dropped its hold in, and how long
+readers waited in all, while a writer held or drained.
+
+    python bench/lock_timeline.py LOCKLOG [--json OUT] [--top 12]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class LockEvent:
+    t: float
+    pid: int
+    event: str
+    kind: str
+    step: str
+
+
+def read_log(path: Path) -> list[LockEvent]:
+    events = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        parts = line.split()
+        if len(parts) != 5:
+            continue
+        try:
+            events.append(LockEvent(float(parts[0]), int(parts[1]), parts[2], parts[3], parts[4]))
+        except ValueError:
+            continue
+    return sorted(events, key=lambda e: e.t)
+
+
+def timeline(events: list[LockEvent]) -> dict[str, object]:
+    """The split of the wall (seconds), the reader steps that drained longest, readers' waits."""
+    split = collections.Counter()
+    sole_drain: collections.Counter[str] = collections.Counter()  # a drain's sole holder's step -> seconds
+    readers: dict[int, float] = {}  # pid -> since when it holds
+    writers: dict[int, float] = {}
+    wanting: dict[int, tuple[str, float]] = {}  # pid -> (kind, since when it waits)
+    reader_wait = collections.Counter()  # "behind_writer" (a writer held or drained) / "other"
+    pending_sole: dict[int, float] = {}  # reader pid -> seconds it was the sole holder during drains (not yet dropped)
+    if not events:
+        return {"wall_s": 0.0, "split_s": {}, "sole_drain_s": {}, "reader_wait_s": {}, "windows": 0}
+    windows = 0
+    last = events[0].t
+    for e in events:
+        span = e.t - last
+        if span > 0:
+            writer_waits = any(kind == "write" for kind, _ in wanting.values())
+            readers_wait = sum(1 for kind, _ in wanting.values() if kind == "read")
+            if writers:
+                state = "exclusive"
+            elif writer_waits and readers:
+                state = "drain"
+            elif writer_waits:
+                state = "handover"
+            elif readers:
+                state = "shared"
+            else:
+                state = "idle"
+            split[state] += span
+            if state == "drain" and len(readers) == 1:
+                (pid,) = readers
+                pending_sole[pid] = pending_sole.get(pid, 0.0) + span
+            key = "behind_writer" if state in ("exclusive", "drain", "handover") else "other"
+            reader_wait[key] += span * readers_wait
+        last = e.t
+        if e.event == "want":
+            wanting[e.pid] = (e.kind, e.t)
+        elif e.event == "gave_up":
+            wanting.pop(e.pid, None)
+        elif e.event == "got":
+            wanting.pop(e.pid, None)
+            (writers if e.kind == "write" else readers)[e.pid] = e.t
+            windows += e.kind == "write"
+        elif e.event == "drop":
+            (writers if e.kind == "write" else readers).pop(e.pid, None)
+            if e.kind == "read" and e.pid in pending_sole:
+                sole_drain[e.step] += pending_sole.pop(e.pid)
+    wall = events[-1].t - events[0].t
+    return {"wall_s": round(wall, 3), "split_s": {k: round(v, 3) for k, v in split.most_common()},
+            "sole_drain_s": {k: round(v, 3) for k, v in sole_drain.most_common()},
+            "reader_wait_s": {k: round(v, 3) for k, v in reader_wait.items()}, "windows": windows}
+
+
+def format_timeline(t: dict[str, object], top: int = 12) -> str:
+    wall = float(t["wall_s"]) or 1.0  # type: ignore[arg-type]
+    lines = [f"lock timeline: {t['wall_s']} s, {t['windows']} exclusive holds",
+             "| state | seconds | share of the wall |", "| --- | --- | --- |"]
+    for state, s in t["split_s"].items():  # type: ignore[union-attr]
+        lines.append(f"| {state} | {s:.1f} | {100 * s / wall:.1f} % |")
+    lines += ["", "| reader step that alone held a writer back | seconds |", "| --- | --- |"]
+    for step, s in list(t["sole_drain_s"].items())[:top]:  # type: ignore[union-attr]
+        lines.append(f"| {step} | {s:.1f} |")
+    waits = t["reader_wait_s"]
+    lines += ["", f"readers waited {waits.get('behind_writer', 0.0):.1f} s (summed over readers) while a writer held, "  # type: ignore[union-attr]
+                  f"drained or took the GPU, {waits.get('other', 0.0):.1f} s otherwise"]  # type: ignore[union-attr]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("log", help="the lock log (CUDAFORGE_LOCK_LOG of the run)")
+    ap.add_argument("--json", help="write the figures here too")
+    ap.add_argument("--top", type=int, default=12, help="how many reader steps to list")
+    args = ap.parse_args(argv)
+    path = Path(args.log)
+    if not path.is_file():
+        print(f"lock_timeline: {path}: no such file (was CUDAFORGE_LOCK_LOG set for the run?)", file=sys.stderr)
+        return 2
+    t = timeline(read_log(path))
+    print(format_timeline(t, args.top))
+    if args.json:
+        Path(args.json).write_text(json.dumps(t, indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""The lock log (engine/gpu/rwlock.py, CUDAFORGE_LOCK_LOG) written by real processes, and what
+bench/lock_timeline.py makes of it: drains attributed to the reader step that held the writer back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from lock_timeline import LockEvent, format_timeline, main, read_log, timeline  # noqa: E402
+
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from cudaforge.engine.gpu import rwlock
+    lock, kind, label, delay, hold = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
+    rwlock.STEP_LABEL[0] = lambda: label
+    time.sleep(delay)
+    with rwlock.hold(lock, kind, sync=None):
+        time.sleep(hold)
+""")
+
+
+def test_timeline_of_real_processes(tmp_path: Path) -> None:
+    lock, log = tmp_path / "gpu0.lock", tmp_path / "lock.log"
+    env = {**os.environ, "CUDAFORGE_LOCK_LOG": str(log)}
+
+    def start(kind: str, label: str, delay: float, hold: float) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, "-c", HOLDER, str(lock), kind, label, str(delay), str(hold)], env=env)
+
+    # A reader holds 1.2 s; a writer comes at 0.4 s and waits for it (the drain), then holds 0.5 s; a second
+    # reader comes at 0.7 s and waits behind the writer.
+    procs = [start("read", "correctness.compare", 0.0, 1.2)]
+    time.sleep(0.4)
+    procs.append(start("write", "timing", 0.0, 0.5))
+    time.sleep(0.3)
+    procs.append(start("read", "cache_probes", 0.0, 0.1))
+    for p in procs:
+        assert p.wait(timeout=60) == 0
+    events = read_log(log)
+    assert [e.event for e in events].count("got") == 3 and [e.event for e in events].count("drop") == 3
+    t = timeline(events)
+    split = t["split_s"]
+    assert t["windows"] == 1
+    assert 0.3 <= split["exclusive"] <= 1.0, split  # the writer's 0.5 s hold
+    assert split["drain"] >= 0.3, split  # the writer waited from ~0.4 s to ~1.2 s for the first reader
+    assert set(t["sole_drain_s"]) == {"correctness.compare"}  # the step that held the writer back
+    assert t["sole_drain_s"]["correctness.compare"] >= 0.3
+    assert t["reader_wait_s"]["behind_writer"] >= 0.5  # the second reader waited through drain and window
+    text = format_timeline(t)
+    assert "| drain |" in text and "correctness.compare" in text
+
+
+def test_timeline_by_hand() -> None:
+    e = [LockEvent(0.0, 1, "want", "read", "a"), LockEvent(0.0, 1, "got", "read", "a"),
+         LockEvent(1.0, 2, "want", "write", "timing"), LockEvent(3.0, 1, "drop", "read", "correctness"),
+         LockEvent(3.0, 2, "got", "write", "timing"), LockEvent(4.0, 2, "drop", "write", "timing"),
+         LockEvent(5.0, 3, "want", "read", "b"), LockEvent(5.0, 3, "got", "read", "b"),
+         LockEvent(6.0, 3, "drop", "read", "b")]
+    t = timeline(e)
+    assert t["wall_s"] == 6.0
+    assert t["split_s"] == {"drain": 2.0, "shared": 2.0, "exclusive": 1.0, "idle": 1.0}
+    assert t["sole_drain_s"] == {"correctness": 2.0}
+
+
+def test_cli_names_a_missing_log(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main([str(tmp_path / "none.log")]) == 2
+    assert "no such file" in capsys.readouterr().err
