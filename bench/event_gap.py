@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         flush.zero_()
 
     def read_flush() -> None:
-        torch.sum(flush, out=sink)
+        torch.sum(flush, 0, out=sink)
 
     ways: dict[str, tuple[Callable[[], None], bool]] = {
         "window": (write_flush, False),

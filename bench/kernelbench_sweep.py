@@ -227,19 +227,30 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 
 async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | None, quiet: bool = False,
-                spares_per_slot: int | None = None, give_up_after: int = 0) -> list[dict[str, Any]]:
+                spares_per_slot: int | None = None, give_up_after: int = 0,
+                count_ahead: bool = True) -> list[dict[str, Any]]:
     """Every problem through `jobs` slots side by side. A slot's evaluator keeps `spares_per_slot` spare
     workers warming (`[eval] spares`; on a GPU: interpreter, torch, CUDA context, CUPTI; about 8-10 s on
     the H200) and hands out the oldest: with one, an evaluation shorter than a warm-up waited for the next
     spare (`spare_wait` about 8 s a problem in session 8's capped shard); with two, each spare has two
     evaluations' time to get ready. Default: two on a GPU, one on the CPU device (where a spare importing
     torch beside a host-timed evaluation disturbs it). `give_up_after` N > 0: when the first N rows are all
-    unexpected, no slot takes another problem (a broken build must not spend a whole device call)."""
+    unexpected, no slot takes another problem (a broken build must not spend a whole device call).
+    `count_ahead`: the problems' footprints and work are counted in one process ahead of the slots
+    (fit.TaskCounter) and handed to their jobs, so no spare imports what counting needs (torch._dynamo:
+    about half of a spare's warm-up CPU); else each worker counts its own problem."""
     if spares_per_slot is None:
         spares_per_slot = 2 if options.device == "cuda" else 1
     from cudaforge.engine.candidate import Candidate
     from cudaforge.engine.evaluation.evaluator import Evaluator
+    from cudaforge.engine.evaluation.fit import TaskCounter
     from cudaforge.engine.task import load_task
+
+    counter = None
+    if count_ahead:
+        counter = TaskCounter(python=options.python, precision=options.precision,
+                              seed=options.seed if options.seed is not None else 42)
+        counter.ahead(list(paths))
 
     queue: asyncio.Queue[Path] = asyncio.Queue()
     for p in paths:
@@ -253,13 +264,22 @@ async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | No
 
     async def slot() -> None:
         evaluator = Evaluator(dataclasses.replace(options, spares=max(1, spares_per_slot)))
+        if counter is not None:
+            evaluator.expect_task_counts()
         evaluator.prewarm()
         try:
             while not queue.empty() and not gave_up():
                 path = queue.get_nowait()
                 start = time.perf_counter()
+                counts_wait = 0.0
                 try:
                     task = load_task(path)
+                    if counter is not None:
+                        counted = time.perf_counter()
+                        counts = await counter.counts_of(path)
+                        counts_wait = time.perf_counter() - counted
+                        if counts is not None:
+                            evaluator.use_task_counts(task, counts)
                     cand = Candidate(source=reference_as_candidate(task.source), format="python")
                     running = asyncio.ensure_future(evaluator.evaluate(task, cand, use_cache=False))
                     await asyncio.sleep(0.05)  # the job has taken the spare: warm the next one meanwhile
@@ -268,6 +288,7 @@ async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | No
                     row = row_of(path, result, time.perf_counter() - start)
                 except Exception as exc:  # one problem must not end the sweep
                     row = failed_row(path, f"{type(exc).__name__}: {exc}", time.perf_counter() - start)
+                row["counts_wait_s"] = round(counts_wait, 3)  # waiting for the counter (count_ahead)
                 rows.append(row)
                 if not quiet:
                     print(format_row(row), flush=True)
@@ -280,6 +301,8 @@ async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | No
     try:
         await asyncio.gather(*(slot() for _ in range(max(1, jobs))))
     finally:
+        if counter is not None:
+            await counter.aclose()
         if out is not None:
             out.close()
     return rows
@@ -356,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache-dir", help="the Evaluator's cache folder")
     ap.add_argument("--order-from", nargs="*", default=[], metavar="ROWS",
                     help="earlier sweeps' --rows files: run the problems longest first by their walls there")
+    ap.add_argument("--count-in-workers", action="store_true",
+                    help="let each worker count its own problem's footprint and work (default: one process counts "
+                         "them all ahead, and spares start without what counting needs)")
     ap.add_argument("--give-up-after", type=int, default=0, metavar="N",
                     help="stop taking problems when the first N rows are all unexpected (0: never)")
     args = ap.parse_args(argv)
@@ -382,7 +408,8 @@ def main(argv: list[str] | None = None) -> int:
           + (f", cap {args.gpu_memory_gb:g} GiB" if args.gpu_memory_gb else ""), file=sys.stderr, flush=True)
     start = time.perf_counter()
     rows = asyncio.run(sweep(paths, options, args.jobs, Path(args.rows) if args.rows else None,
-                             spares_per_slot=args.spares_per_slot, give_up_after=args.give_up_after))
+                             spares_per_slot=args.spares_per_slot, give_up_after=args.give_up_after,
+                             count_ahead=not args.count_in_workers))
     if args.give_up_after and len(rows) < len(paths) and not any(r["expected"] for r in rows[:args.give_up_after]):
         print(f"kernelbench_sweep: gave up: the first {args.give_up_after} rows were all unexpected",
               file=sys.stderr, flush=True)

@@ -19,6 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from round_latency import example, fresh, wait_ready  # noqa: E402
 # the FLOP counters alone (their own cost).
 VARIANTS: dict[str, NcuSettings] = {
     "cudaforge": NcuSettings(),
+    "cudaforge_x2": NcuSettings(),  # the candidate called twice in the range: a second kernel's own cost
     "no_flop": NcuSettings(metric_set="minimal", extra_metrics=PAPER_METRICS + ADDED_METRICS),
     "minimal": NcuSettings(metric_set="minimal"),
     "flop_only": NcuSettings(metric_set="minimal", extra_metrics=FLOP_METRICS),
@@ -47,8 +49,16 @@ def passes(log_tail: str) -> int | None:
     return max(found) if found else None
 
 
+class TwiceEvaluator(Evaluator):
+    """Profile jobs call the candidate twice inside the profiled range (EvalJob.profile_repeats)."""
+
+    def worker_job(self, *args: Any, **kwargs: Any) -> Any:
+        job = super().worker_job(*args, **kwargs)
+        return replace(job, profile_repeats=2) if job.mode == "profile" else job
+
+
 async def variant(name: str, settings: NcuSettings, examples: list[str], options: EvalOptions) -> list[dict[str, Any]]:
-    ev = Evaluator(options)
+    ev = TwiceEvaluator(options) if name.endswith("_x2") else Evaluator(options)
     prof = Profiler(ev, settings)
     rows = []
     try:
@@ -64,6 +74,8 @@ async def variant(name: str, settings: NcuSettings, examples: list[str], options
             metrics = sorted({m for k in result.kernels for m in getattr(k, "metrics", {})})
             row = {"variant": name, "example": ex, "ok": result.ok, "wall_s": round(wall, 3),
                    "profile_s": result.worker_phases.get("profile"), "ncu_finish_s": result.worker_phases.get("ncu_finish"),
+                   "warmup_s": result.worker_phases.get("profile.warmup"),
+                   "replay_s": result.worker_phases.get("profile.replay"),
                    "passes": passes(result.log_tail), "kernels": len(result.kernels), "metrics": len(metrics),
                    "requested": len(result.requested_metrics), "message": result.message[:160]}
             print(json.dumps(row), flush=True)
@@ -85,8 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     for name in [v for v in args.variants.split(",") if v]:
         rows += asyncio.run(variant(name, VARIANTS[name], examples, options))
-    print("\n| variant | metrics asked | passes (median) | worker profile s (median) | ncu_finish s | profile wall s |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("\n| variant | metrics asked | kernels | worker profile s (median) | warm-up call s | replay s | ncu_finish s "
+          "| profile wall s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in dict.fromkeys(r["variant"] for r in rows):
         mine = [r for r in rows if r["variant"] == name and r["ok"]]
         if not mine:
@@ -97,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             values = [r[key] for r in rows if r[key] is not None]
             return statistics.median(values) if values else float("nan")
 
-        print(f"| {name} | {mine[0]['requested']} | {med('passes'):.0f} | {med('profile_s'):.3f} | "
-              f"{med('ncu_finish_s'):.3f} | {med('wall_s'):.3f} |")
+        print(f"| {name} | {mine[0]['requested']} | {med('kernels'):.0f} | {med('profile_s'):.3f} | {med('warmup_s'):.3f} | "
+              f"{med('replay_s'):.3f} | {med('ncu_finish_s'):.3f} | {med('wall_s'):.3f} |")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1), encoding="utf-8")
     return 0

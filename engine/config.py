@@ -59,7 +59,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "warmup": Key(10, int, minimum=0, doc="warm-up calls of each callable (at least)"),
         "warmup_ms": Key(25.0, (int, float), minimum=0, doc="warm-up time (at least): lets the GPU clocks settle"),
         "trials": Key(50, int, minimum=3, doc="timed calls of each callable (at least)"),
-        "min_time_ms": Key(100.0, (int, float), minimum=0,
+        "min_time_ms": Key(50.0, (int, float), minimum=0,
                            doc="timed GPU time per callable (at least): more calls for short kernels"),
         "max_trials": Key(1000, int, minimum=3, doc="timed calls of each callable (at most)"),
         "max_time_ms": Key(400.0, (int, float), minimum=0,

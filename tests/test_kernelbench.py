@@ -250,6 +250,9 @@ def test_cpu_sweep_of_the_20_fastest_problems_judges_every_one_correct(cpu_optio
         assert r["estimate_gib"] is not None and r["estimate_gib"] > 0, r["problem"]
         # Correctness says where its own seconds went (its sub-phases, inside it).
         assert {"correctness.reference", "correctness.candidate", "correctness.compare"} <= set(r["phases"])
+        # The problems were counted in one process ahead (fit.TaskCounter): no spare imported what counting
+        # needs, and the worker took the counts (its footprint estimate is there without counting itself).
+        assert "spare_counting" not in r["phases"] and r["counts_wait_s"] >= 0, (r["problem"], r["phases"])
     assert summary["phase_totals"]["correctness"] > 0
 
 

@@ -194,6 +194,7 @@ class Evaluator:
         self._footprints: dict[str, int] = {}  # a task's sha256 -> the footprint its evaluation counted
         # (a task's sha256, precision) -> what the app counted of it once (use_task_counts), for every job
         self._task_counts: dict[tuple[str, str], TaskCounts] = {}
+        self._counts_expected = False  # expect_task_counts: every job will come with its counts
         # Once a caller has asked for a spare, a new one is started as soon as one takes its job (not
         # after the evaluation): its process start and imports overlap the evaluation, and only the
         # GPU part of its warm-up waits for the lock (after the jobs: engine/gpu/turns.py).
@@ -329,11 +330,17 @@ class Evaluator:
         without counts then pays that import itself)."""
         self._task_counts[(task.sha256, counts.precision)] = counts
 
+    def expect_task_counts(self) -> None:
+        """Every later job's task will have its counts (use_task_counts before its evaluation): spares start
+        without what counting needs from now on, the first ones included (a sweep counts its problems in
+        one process ahead of them: fit.TaskCounter)."""
+        self._counts_expected = True
+
     @property
     def spares_count_tasks(self) -> bool:
         """Whether spares started now load what counting a task in the worker needs (False once the app's
-        counts come with the jobs: use_task_counts)."""
-        return not self._task_counts
+        counts come with the jobs: use_task_counts, expect_task_counts)."""
+        return not (self._task_counts or self._counts_expected)
 
     def worker_env(self) -> dict[str, str]:
         env = dict(os.environ)

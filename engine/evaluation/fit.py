@@ -102,3 +102,96 @@ def task_counts(fp: dict[str, Any], precision: str) -> TaskCounts | None:
     footprint = {k: v for k, v in fp.items() if k != "work"}
     return TaskCounts(precision=precision, footprint=footprint,
                       work=from_dict(SpeedOfLight, work) if isinstance(work, dict) else None)
+
+
+class TaskCounter:
+    """Counts many tasks (footprint and work, task_counts) in one subprocess, ahead of their evaluations:
+    `ahead(paths)` starts counting them in order in the background, `counts_of(path)` waits for one. One
+    interpreter's imports for all of them: a worker that counts its own task first imports torch._dynamo
+    (the meta-device dispatch modes), about 3.5 s of CPU per spare on the H200 and twice that under a
+    sweep's load, and spares that need not count start without it (Evaluator.expect_task_counts)."""
+
+    def __init__(self, *, python: str, seed: int = 42, precision: str = "fp32",
+                 env: dict[str, str] | None = None, task_limit_s: float = 60.0) -> None:
+        self.python, self.seed, self.precision, self.env = python, seed, precision, env
+        self.task_limit_s = task_limit_s  # one task's counting (the imports included for the first)
+        self._proc: asyncio.subprocess.Process | None = None
+        self._results: dict[str, dict[str, Any]] = {}
+        self._done: dict[str, asyncio.Event] = {}
+        self._runner: asyncio.Task[None] | None = None
+        self._closing = False
+
+    def ahead(self, paths: list[str | Path]) -> None:
+        """Start counting `paths`, in this order, in the background."""
+        order = [str(p) for p in paths]
+        for p in order:
+            self._done.setdefault(p, asyncio.Event())
+        self._runner = asyncio.ensure_future(self._count_all(order))
+
+    async def _count_all(self, order: list[str]) -> None:
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                self.python, "-m", "cudaforge.engine.worker.memory", "--stream", str(self.seed), self.precision,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+                env=self.env)
+            assert self._proc.stdin is not None and self._proc.stdout is not None
+            for path in order:
+                if self._closing:
+                    break
+                self._proc.stdin.write(path.encode() + b"\n")
+                await self._proc.stdin.drain()
+                try:  # a task that hangs at import or on the meta device stops the counting, not the caller
+                    line = await asyncio.wait_for(self._proc.stdout.readline(), self.task_limit_s)
+                except TimeoutError:
+                    self._results[path] = {"error": f"counting took over {self.task_limit_s:g} s", "kind": "unknown"}
+                    with contextlib.suppress(ProcessLookupError):
+                        self._proc.kill()
+                    break
+                if not line:
+                    break
+                try:
+                    self._results[path] = dict(json.loads(line.decode()))
+                except ValueError:
+                    self._results[path] = {"error": "the counting process printed no JSON", "kind": "unknown"}
+                self._done[path].set()
+        except (OSError, ConnectionError, RuntimeError) as exc:
+            for path in order:
+                self._results.setdefault(path, {"error": f"could not count: {exc}", "kind": "unknown"})
+        finally:
+            for path in order:  # whatever was not counted: the workers count it themselves
+                self._results.setdefault(path, {"error": "the counting process ended early", "kind": "unknown"})
+                self._done[path].set()
+            await self._stop()
+
+    async def counts_of(self, path: str | Path) -> TaskCounts | None:
+        """The counts of `path` (one of `ahead`'s) once counted; None where it could not be counted."""
+        key = str(path)
+        event = self._done.get(key)
+        if event is None:
+            return None
+        await event.wait()
+        return task_counts(self._results[key], self.precision)
+
+    async def _stop(self) -> None:
+        """End the subprocess: its stdin closed, it exits after the task it counts (killed after 10 s)."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            with contextlib.suppress(Exception):
+                proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), 10)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+        self._proc = None
+
+    async def aclose(self) -> None:
+        """Stop counting (what is left uncounted gets no counts) and end the subprocess."""
+        self._closing = True
+        if self._runner is not None:
+            with contextlib.suppress(Exception):
+                await self._runner  # it ends after the task being counted, and stops the subprocess
+        await self._stop()

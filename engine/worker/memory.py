@@ -1025,17 +1025,13 @@ def meta_work(task: Any, init: list[Any], seed: int, float_dtype: Any = None) ->
     return to_dict(work) if work.flops is not None else None
 
 
-def footprint_main(argv: list[str]) -> int:
-    """`python -m cudaforge.engine.worker.memory TASK SEED PRECISION`: the task's meta footprint as one
-    JSON line, with the reference call's work under "work" (meta_work; no device memory, no CUDA
-    context), or {"error": ..., "kind": ...} for a task that cannot load. The parent
-    (engine/evaluation/fit.py) compares it with the card and hands both to the workers (TaskCounts)."""
+def count_task(path: str, seed: int, precision: str) -> dict[str, Any]:
+    """A task's meta footprint with the reference call's work under "work" (meta_work; no device memory,
+    no CUDA context), or {"error": ..., "kind": ...} for a task that cannot load."""
     import importlib.util
-    import json
 
     import torch
 
-    path, seed, precision = argv[0], int(argv[1]), argv[2]
     float_dtype = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
     try:
         spec = importlib.util.spec_from_file_location("cudaforge_task", path)
@@ -1045,12 +1041,30 @@ def footprint_main(argv: list[str]) -> int:
         fp = meta_footprint(module, init, seed, float_dtype)
         fp["work"] = meta_work(module, init, seed, float_dtype)
     except ModuleNotFoundError as exc:
-        print(json.dumps({"error": missing_module_message(path, exc), "kind": "unavailable"}))
-        return 0
+        return {"error": missing_module_message(path, exc), "kind": "unavailable"}
     except Exception as exc:  # the worker says it properly (task_error); the fit check just cannot tell
-        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"[:300], "kind": "unknown"}))
+        return {"error": f"{type(exc).__name__}: {exc}"[:300], "kind": "unknown"}
+    return fp
+
+
+def footprint_main(argv: list[str]) -> int:
+    """`python -m cudaforge.engine.worker.memory TASK SEED PRECISION`: count_task as one JSON line. The parent
+    (engine/evaluation/fit.py) compares it with the card and hands both to the workers (TaskCounts).
+
+    `python -m cudaforge.engine.worker.memory --stream SEED PRECISION`: one task path per line on stdin, one
+    JSON line each on stdout (its "path" added), until stdin closes: many tasks for one interpreter's
+    imports (fit.TaskCounter; a sweep counts its 250 problems so)."""
+    import json
+    import sys
+
+    if argv and argv[0] == "--stream":
+        seed, precision = int(argv[1]), argv[2]
+        for line in sys.stdin:
+            path = line.rstrip("\n")
+            if path:
+                print(json.dumps({**count_task(path, seed, precision), "path": path}), flush=True)
         return 0
-    print(json.dumps(fp))
+    print(json.dumps(count_task(argv[0], int(argv[1]), argv[2])))
     return 0
 
 

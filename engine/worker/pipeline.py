@@ -1043,11 +1043,12 @@ def profile_run(job: EvalJob, report: ReportDraft) -> None:
     with sub_phase("inputs"):
         inputs = make_inputs(task, job.seed, device, _float_dtype(job.precision))
     phase("profile")
-    _call(model_new, inputs)  # warm-up outside the profiled range (on the same inputs: one set on the device)
-    torch.cuda.synchronize()
-    with torch.cuda.nvtx.range("candidate"):
+    with sub_phase("warmup"):  # outside the profiled range (on the same inputs: one set on the device)
+        _call(model_new, inputs)
+        torch.cuda.synchronize()
+    with sub_phase("replay"), torch.cuda.nvtx.range("candidate"):  # ncu's replay passes of each kernel
         for _ in range(job.profile_repeats):
             _call(model_new, inputs)
-    torch.cuda.synchronize()
+        torch.cuda.synchronize()
     report.outcome = "ok"
     report.message = "profiled"
