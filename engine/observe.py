@@ -20,6 +20,11 @@ CHUNK_ELEMENTS = 1 << 20  # elements per slice of a whole-tensor pass (fingerpri
 DEVICE_CHUNK_ELEMENTS = 1 << 22  # the same on a GPU: each slice costs ~20 kernel launches whatever its size, so
 # 1M-element slices of a 6 GiB tensor were 30k launches a pass (a minute of checks); at 4M the temporaries
 # stay within ~160 MiB (memory.TIGHT_SLACK_BYTES holds them under a cap)
+# The NVTX range whose kernels ncu profiles (engine/profiling/runner.py filters on it; the worker's profile mode
+# calls the candidate inside it), and the kernel a profile spare launches inside it while it warms up, so
+# ncu's profiling session is set up before the job (its rows are dropped from the report).
+PROFILED_RANGE = "candidate"
+NCU_WARM_KERNEL = "cudaforge_ncu_warm"
 EXT_RANGE = "cudaforge_ext::"  # profiler label of extension-function calls while a BuildRecorder's `label_calls` is set
 
 

@@ -230,3 +230,20 @@ def test_short_kernel_names() -> None:
     assert short_kernel_name(SGEMM) == "cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>"
     long = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char *, 1>>(int, T2, T3)"
     assert short_kernel_name(long) == "at::native::vectorized_elementwise_kernel<...>"
+
+
+def test_a_profile_spares_warm_up_kernel_is_not_in_the_report(h200_plan: MetricPlan) -> None:
+    """The spare's warm-up kernel (observe.NCU_WARM_KERNEL, launched in the profiled range so ncu's session is
+    set up before the job) is dropped; ncu is asked for one launch more for it, so a run without a warm-up
+    keeps `launch_count`; a report of the warm-up alone says no kernel of the candidate was profiled."""
+    from cudaforge.engine.observe import NCU_WARM_KERNEL
+
+    text = read("ncu_raw_three_kernels.csv").replace('","cf_scale"', f'","{NCU_WARM_KERNEL}"')
+    r = interpret(text, h200_plan, chip="gh100", launch_count=20)
+    assert r.ok and len(r.kernels) == 2 and NCU_WARM_KERNEL not in {k.name for k in r.kernels}
+    assert "2 kernel launch(es)" in r.message
+    plain = interpret(read("ncu_raw_three_kernels.csv"), h200_plan, chip="gh100", launch_count=2)
+    assert [k.launch_id for k in plain.kernels] == [0, 1]  # no warm-up row: launch_count holds
+    only_warm = "\n".join(line for line in text.splitlines() if "cf_heavy" not in line and '"2"' not in line[:5])
+    alone = interpret(only_warm, h200_plan, chip="gh100", launch_count=20)
+    assert not alone.ok and alone.error_kind == "no_kernels"

@@ -109,6 +109,8 @@ def start_spare(*, key: str, prefix: Sequence[str], python: str, device: str, gp
         argv += ["--lock", str(gpu_lock_path(gpu))]
         if not prefix:
             argv.append("--cupti")  # start CUPTI for the kernel check; never under ncu (one subscriber)
+        else:
+            argv.append("--ncu-warm")  # under ncu: its profiling session set up by a warm-up kernel
     if not warm_counting:
         argv.append("--no-counting")
     limits = {**dict(phase_limits), "warm": float(warm_limit_s), "idle": float(idle_limit_s)}

@@ -11,6 +11,7 @@ new session and kills the whole process group on timeout. engine/evaluation/sand
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from cudaforge.engine.observe import NCU_WARM_KERNEL, PROFILED_RANGE
 from cudaforge.engine.profiling.metrics import (
     MetricPlan,
     default_cache_dir,
@@ -45,7 +47,7 @@ from cudaforge.engine.profiling.parser import (
 from cudaforge.engine.profiling.result import ErrorKind, ProfileResult
 from cudaforge.engine.profiling.settings import NcuSettings
 
-NVTX_RANGE = "candidate"
+NVTX_RANGE = PROFILED_RANGE
 PERMISSION_FIX = (
     "GPU performance counters are restricted to admin users (ERR_NVGPUCTRPERM): have an admin add "
     "'options nvidia NVreg_RestrictProfilingToAdminUsers=0' to a file in /etc/modprobe.d/ and reboot "
@@ -148,7 +150,7 @@ def build_ncu_command(
         "--nvtx-include",
         f"{nvtx_range}/",
         "--launch-count",
-        str(int(launch_count)),
+        str(int(launch_count) + 1),  # + a profile spare's warm-up kernel (NCU_WARM_KERNEL), dropped from the report
         "--csv",
         "--page",
         "raw",
@@ -310,6 +312,11 @@ def interpret_output(
         return fail(
             "parse_error", f"could not read ncu's CSV output ({exc}); run the command by hand to see it"
         )
+    # A profile spare's warm-up kernel (observe.NCU_WARM_KERNEL) set up ncu's session before the job: not the
+    # candidate's.
+    # ncu was asked for one launch more than `launch_count` for it: a run without the warm-up keeps launch_count.
+    kernels = tuple(k for k in parsed.kernels if k.name != NCU_WARM_KERNEL)
+    parsed = dataclasses.replace(parsed, kernels=kernels[:launch_count] if launch_count else kernels)
     final = finalize_plan(plan, parsed.columns) if parsed.found_header else plan
     app_rc = application_exit_code(text)
     error_line = first_error_line(text)
