@@ -204,7 +204,9 @@ async def one_round(ev: Evaluator, prof: Profiler, task: Task, cand: Candidate, 
     if prewarm:
         ev.prewarm()
         prof.prewarm()
-        warm_wait = await wait_ready(ev.spare, prof.spare)  # the LLM would be thinking now
+        # The LLM would be thinking now: every spare warm, the ones started when the last round took its spares
+        # included (a later spare's GPU warm-up beside a round was an artefact of replies at once).
+        warm_wait = await wait_ready(*ev.spares, *prof.spares)
     ev.last_exit_s = None
     t0 = time.perf_counter()
     result = await ev.evaluate(task, cand)

@@ -216,33 +216,3 @@ def test_a_younger_ready_spare_goes_before_an_older_one_still_warming(tmp_path: 
     finally:
         for spare in (a, b, c, *pool.clear()):
             spare.kill()
-
-
-def test_a_write_turn_holds_the_gpu_alone(tmp_path: Path) -> None:
-    """A profile spare's ncu warm-up (kind "write"): no reader comes in while it holds the GPU."""
-    from cudaforge.engine.gpu.rwlock import READ, acquire
-
-    lock = str(tmp_path / "gpu0.lock")
-    entered, release = threading.Event(), threading.Event()
-
-    def warm() -> None:
-        with warmup_turn(lock, lambda: False, kind="write"):
-            entered.set()
-            release.wait(10)
-
-    t = threading.Thread(target=warm, daemon=True)
-    t.start()
-    assert entered.wait(10)
-    got = threading.Event()
-
-    def read() -> None:
-        acquire(lock, READ).release(sync=None)
-        got.set()
-
-    r = threading.Thread(target=read, daemon=True)
-    r.start()
-    assert not got.wait(0.5), "a reader came in during the write turn"
-    release.set()
-    assert got.wait(10)
-    t.join(10)
-    r.join(10)

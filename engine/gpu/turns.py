@@ -71,21 +71,21 @@ def jobs_waiting(lock_path: str | os.PathLike[str]) -> bool:
 
 @contextlib.contextmanager
 def warmup_turn(lock_path: str, has_job: Callable[[], bool], *, max_yield_s: float = 30.0,
-                poll_s: float = 0.02, kind: str = "read") -> Iterator[float]:
-    """Hold the GPU lock for a spare's warm-up, as a reader (`kind`; a writer for what ncu replays), letting
-    announced jobs go first; yields the seconds spent waiting. Once this spare has a job itself it announces
-    it and waits like any job. The hold is released after the device is synchronized (rwlock.Hold.release)."""
-    from cudaforge.engine.gpu.rwlock import acquire
+                poll_s: float = 0.02) -> Iterator[float]:
+    """Hold the GPU lock as a reader for a spare's warm-up, letting announced jobs go first; yields the
+    seconds spent waiting. Once this spare has a job itself it announces it and waits like any job. The
+    hold is released after the device is synchronized (rwlock.Hold.release)."""
+    from cudaforge.engine.gpu.rwlock import READ, acquire
 
     start = time.monotonic()
     while True:
         if has_job() or time.monotonic() - start > max_yield_s:
             if has_job():
                 announce_job(lock_path)
-            hold = acquire(lock_path, kind)
+            hold = acquire(lock_path, READ)
             break
         if not jobs_waiting(lock_path):
-            hold = acquire(lock_path, kind)
+            hold = acquire(lock_path, READ)
             if not jobs_waiting(lock_path) or has_job():
                 break
             hold.release(sync=None)  # a job was announced while we took it (no device work yet): it goes first
