@@ -32,6 +32,7 @@ from cudaforge.engine import check_kernels
 from cudaforge.engine.integrity.registry import finding
 from cudaforge.engine.observe import (
     EXT_RANGE,
+    checkpoint,
     custom_launches,
     device_profile,
     flat_view,
@@ -706,9 +707,14 @@ def shape_findings(task: Any, source: str, path: str, init: list[Any], model: An
         rebuild = not _same_values(new_init, list(init))
         if rebuild:
             evict()
+            # Step boundaries: a timed window waiting elsewhere goes first. Readers inside this check, one
+            # step before, made the longest drains of the H200 sweeps' lock timelines.
+            checkpoint()
             torch.manual_seed(seed)
             ref_model = prepare(variant.Model(*new_init))
+            checkpoint()
         expected = to_host(_flat(run_reference(ref_model, inputs_for(variant))))
+        checkpoint()
     except Exception as exc:  # the task itself does not work at other sizes
         return [_skipped(f"the reference fails at {described}: {type(exc).__name__}: {str(exc)[:160]}", changed)]
     cand = model_new
@@ -719,6 +725,7 @@ def shape_findings(task: Any, source: str, path: str, init: list[Any], model: An
             share(ref_model, cand)  # before it moves: the weights it shares with the reference exist once
             cand = prepare(cand)
             copy_parameters(ref_model, cand)
+            checkpoint()
         got = _flat(run_candidate(cand, inputs_for(variant)))  # the same seed: the reference's values
         reason = compare(expected, got)
     except Exception as exc:
