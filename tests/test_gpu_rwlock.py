@@ -341,9 +341,13 @@ def test_a_timed_window_lets_the_gpu_go_for_a_side_by_side_step_and_takes_it_bac
         assert "acquired" not in reader.record(), "a reader came in during the timed window"
         with gpu_share.side_by_side(str(lock)):
             assert gpu_share._STATE["hold"].kind == rwlock.READ
+            assert gpu_share.write_wait_s() == 0.0  # no write hold: nothing to pay to take one back
             rec = reader.wait_for("acquired")
         back_at = time.monotonic_ns()
         assert gpu_share._STATE["hold"].kind == rwlock.WRITE and gpu_share._STATE["hold"].held
+        # Taking the GPU back waited for that reader's step: what the next pause would cost (the bar a
+        # compare must pass to be sent side by side, TimedOutputCheck's pause_cost_s).
+        assert gpu_share.write_wait_s() > 0.0
         rec = reader.finish()
         assert rec["released"] <= back_at, "the window came back while the reader still held the GPU"
         assert gpu_share.seconds()["gpu_window_pauses"] == 1

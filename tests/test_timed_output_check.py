@@ -121,15 +121,17 @@ def test_a_large_outputs_compare_runs_side_by_side_and_still_fails_a_stale_outpu
             return None
 
     draws = [[torch.randn(64)], [torch.randn(64)]]  # 256-byte outputs
-    # (bytes threshold, seconds threshold, compares side by side: all but the first, timed in the window)
-    for threshold, seconds, side_by_side in ((256, 0.0, True), (257, 0.0, False), (256, 60.0, False)):
+    # (bytes threshold, seconds threshold, the window's drain, compares side by side: all but the first,
+    # timed in the window). A compare shorter than the window's own drain stays in the window.
+    for threshold, seconds, drain, side_by_side in ((256, 0.0, 0.0, True), (257, 0.0, 0.0, False),
+                                                    (256, 60.0, 0.0, False), (256, 0.0, 60.0, False)):
         entered.clear()
         candidate = Rotation(StaleAfter(honest=5), draws)
         check = TimedOutputCheck(candidate, CountingScale(), torch.device("cpu"), atol=1e-5, rtol=1e-5,
                                  compare=compare_output, protected=set(), sync=lambda: None,
                                  numerics=(lambda: None, lambda: None), samples=3, to_host=memory.host_copy,
                                  reference_mutates=False, side_by_side=Recording, side_by_side_bytes=threshold,
-                                 side_by_side_s=seconds)
+                                 side_by_side_s=seconds, pause_cost_s=lambda drain=drain: drain)
         check.prepare()
         _timed_window(check, candidate, trials=30)
         assert len(entered) == (len(check.checked) - 1 if side_by_side else 0) == check.compared_side_by_side

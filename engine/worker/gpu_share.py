@@ -76,6 +76,13 @@ def write(lock_path: str | None, wait_phase: str = "timing_wait") -> None:
     _switch(lock_path, WRITE, wait_phase)
 
 
+def write_wait_s() -> float:
+    """How long the current write hold waited for the readers to drain (0.0 without one): what a timed window
+    would pay again to take the GPU back after letting it go (runtime.TimedOutputCheck's `pause_cost_s`)."""
+    hold = _STATE["hold"]
+    return float(hold.waited_s) if hold is not None and hold.held and hold.kind == "write" else 0.0
+
+
 @contextlib.contextmanager
 def side_by_side(lock_path: str | None) -> Any:
     """Inside a timed window, a step that needs no GPU to itself (a large sampled output's compare, seconds

@@ -580,6 +580,7 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
         # Waited for, in pieces: before the window the copies' step boundaries let other windows go first.
         to_host=lambda values: memory.host_copy(values),
         side_by_side=lambda: gpu_share.side_by_side(job.gpu_lock_path),  # a large compare lets the GPU go
+        pause_cost_s=gpu_share.write_wait_s,  # ... when it took longer than the window's drain
         reference_mutates=REFERENCE_SEEN["mutates"])
     compiled_note = None
     if "compile" in t.get("baselines", []):
