@@ -380,6 +380,10 @@ def _trial(task: Any, model: Any, model_new: Any, device: Any, float_dtype: Any,
         del ref_out
         if ref_changed or ref_aliased:
             inputs = redrawn()
+        # A step boundary before the candidate runs (only here: after a candidate's call, a yield's sync could
+        # finish its unwaited work before its output is compared): the drains of the H200 sweeps' lock
+        # timelines were longest behind readers one whole trial from their last boundary.
+        observe.checkpoint()
         got, mutated, cand_aliased = candidate()
     else:
         got_dev, mutated, cand_aliased = candidate()
