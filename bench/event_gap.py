@@ -19,7 +19,6 @@ ratio.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -31,17 +30,10 @@ ROOT = Path(__file__).resolve().parent.parent
 FLUSH_BYTES = 256_000_000
 
 
-def load(path: Path, name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def main(argv: list[str] | None = None) -> int:
     import torch
     from cudaforge.engine import observe
+    from cudaforge.engine.worker.harness import import_file
     from cudaforge.engine.worker.kernel_timer import activities_of
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -49,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
-    task = load(ROOT / "examples" / args.example / "task.py", "event_gap_task")
-    cand = load(ROOT / "examples" / args.example / "nvrtc.py", "event_gap_candidate")
+    task = import_file(str(ROOT / "examples" / args.example / "task.py"), "event_gap_task")
+    cand = import_file(str(ROOT / "examples" / args.example / "nvrtc.py"), "event_gap_candidate")
     torch.manual_seed(0)
     dev = torch.device("cuda")
     inputs = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in task.get_inputs()]

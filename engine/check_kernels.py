@@ -246,12 +246,9 @@ def _load(device_index: int) -> _Loaded | None:
         import torch
         from cudaforge.engine import nvrtc
 
-        stats = dict(nvrtc.CACHE_STATS)  # the build's "cached" flag reads these: they are the candidate's
-        try:
+        with nvrtc.uncounted_compiles():  # the build's cache statistics are the candidate's
             major, minor = torch.cuda.get_device_capability(device_index)
             binary, _ = nvrtc._compile(_SOURCE, _NAMES[0], (), f"{major}{minor}")  # one module, all four
-        finally:
-            nvrtc.CACHE_STATS.update(stats)
         _, functions = nvrtc.load_module(binary, _NAMES, device_index, "the check kernels")  # extern "C" names
         sms = torch.cuda.get_device_properties(device_index).multi_processor_count
         loaded = _Loaded(functions=functions, blocks=max(1, 4 * sms))

@@ -8,12 +8,13 @@ kernel's signature, so a Python float reaches a `float` parameter as 4 bytes on 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
 import re
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,17 @@ _MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 LAUNCH_COUNTS: dict[str, int] = {}
 # Disk-cache statistics of this process: NVRTC compilations done and cache hits.
 CACHE_STATS: dict[str, int] = {"compiled": 0, "hits": 0}
+
+
+@contextlib.contextmanager
+def uncounted_compiles() -> Iterator[None]:
+    """Compiles that are not the candidate's (the checks' kernels, a profile spare's warm-up kernel): the
+    build's "cached" flag reads CACHE_STATS, so they are as they were on leaving."""
+    stats = dict(CACHE_STATS)
+    try:
+        yield
+    finally:
+        CACHE_STATS.update(stats)
 
 
 class NvrtcError(RuntimeError):

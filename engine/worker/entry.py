@@ -163,12 +163,8 @@ def _warm_ncu(gpu: int) -> None:
     import torch
     from cudaforge.engine import nvrtc, observe
 
-    stats = dict(nvrtc.CACHE_STATS)
-    try:
+    with nvrtc.uncounted_compiles():
         kernel = nvrtc.load_kernel(_NCU_WARM_SOURCE % observe.NCU_WARM_KERNEL, observe.NCU_WARM_KERNEL, device=gpu)
-    finally:
-        nvrtc.CACHE_STATS.clear()
-        nvrtc.CACHE_STATS.update(stats)
     x = torch.zeros(32, device=f"cuda:{gpu}")
     with torch.cuda.nvtx.range(observe.PROFILED_RANGE):
         kernel(grid=(1,), block=(32,), args=(x,))
@@ -223,23 +219,24 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
                 pipeline.GPU_STATE["context"] = True  # the job needs no turn at the lock for it
                 nvrtc._driver()
                 step("context_s")
-            if warm_cupti:  # an evaluation's spare (not ncu's): the checks' fused kernels, loaded now
-                from cudaforge.engine import check_kernels
-
-                # A turn of its own: a timed window waiting meanwhile goes between the two (under a sweep's
-                # load a spare's context creation alone held the GPU 0.74 s median, 2.0 s p90, H200).
-                with _gpu_lock(lock_path, job.exists):
-                    check_kernels.prepare(torch.device("cuda", gpu))
-                step("check_kernels_s")
             if warm_ncu:  # a profile spare, under ncu: its session set up by a kernel ncu replays
                 # A reader, as the context creation: never inside a timed window, and beside other evaluations'
                 # side-by-side work, which measures nothing. The warm-up's metrics are dropped, so it needs no
-                # GPU to itself (as a writer it stalled the next round's correctness by 0.8 s in 3 of 7 H200 latency rounds).
+                # GPU to itself (as a writer it stalled the next round's correctness by 0.8 s in 3 of 7 H200
+                # latency rounds).
                 with contextlib.suppress(Exception), _gpu_lock(lock_path, job.exists):
                     step("ncu_lock_wait_s")
                     _warm_ncu(gpu)
                 step("ncu_warm_s")
-            if warm_cupti:
+            if warm_cupti:  # an evaluation's spare (not ncu's)
+                from cudaforge.engine import check_kernels
+
+                # The checks' fused kernels, in a turn of their own: a timed window waiting meanwhile goes
+                # between the two (under a sweep's load a spare's context creation alone held the GPU 0.74 s
+                # median, 2.0 s p90, H200).
+                with _gpu_lock(lock_path, job.exists):
+                    check_kernels.prepare(torch.device("cuda", gpu))
+                step("check_kernels_s")
                 # The kernel check's first profiler session loads and starts CUPTI: do it now, while the
                 # LLM thinks. Outside the GPU lock, so no queued evaluation waits behind it, and therefore
                 # with no device work at all: starting the session loads CUPTI and enables its activity

@@ -80,7 +80,7 @@ def write_wait_s() -> float:
     """How long the current write hold waited for the readers to drain (0.0 without one): what a timed window
     would pay again to take the GPU back after letting it go (runtime.TimedOutputCheck's `pause_cost_s`)."""
     hold = _STATE["hold"]
-    return float(hold.waited_s) if hold is not None and hold.held and hold.kind == "write" else 0.0
+    return float(hold.waited_s) if hold is not None and hold.held and hold.kind == rwlock.WRITE else 0.0
 
 
 @contextlib.contextmanager

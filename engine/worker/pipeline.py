@@ -1051,7 +1051,7 @@ def profile_run(job: EvalJob, report: ReportDraft) -> None:
     with sub_phase("warmup"):  # outside the profiled range (on the same inputs: one set on the device)
         _call(model_new, inputs)
         torch.cuda.synchronize()
-    with sub_phase("replay"), torch.cuda.nvtx.range("candidate"):  # ncu's replay passes of each kernel
+    with sub_phase("replay"), torch.cuda.nvtx.range(observe.PROFILED_RANGE):  # ncu's replay passes of each kernel
         for _ in range(job.profile_repeats):
             _call(model_new, inputs)
         torch.cuda.synchronize()
