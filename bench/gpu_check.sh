@@ -59,6 +59,7 @@ sweep-level2|9|gpu,kernelbench|The same for level 2
 sweep-level3|9|gpu,kernelbench|The same for level 3
 sweep-all|9|gpu,kernelbench|Do all 250 problems get their verdicts in one sweep, and how long does it take (the issue's 5-minute target): bench/kernelbench_sweep.py --levels 1,2,3
 sweep-recheck|4|gpu,kernelbench|The same for the problems listed in bench/lists/sweep-recheck.txt (the last sweep's misses and outliers)
+window-stacks|2|gpu,kernelbench|What do timed windows do while they hold the GPU alone (cuDNN problems, bench/lists/cudnn-windows.txt): a sweep with stack samples, bench/stack_summary.py
 batch|8|gpu,kernelbench,wheels|Do 4 sessions at once over the ten largest level-1 problems stay out of oom under the cap: bench/batch_largest.py
 tui|4|gpu,wheels|Does the workbench run a review session on the GPU, and how fast do keys render: bench/workbench_session.py
 sol|4|gpu|How far is each result from the speed of light: bench/speed_of_light.py (skipped where absent)
@@ -189,11 +190,14 @@ step() {
         triton)
             run triton.log "$STEP_LIMIT" "$PY" bench/triton_gpu.py --json "$OUT/triton_gpu.json"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 '^accepted' "$OUT/triton.log" | cut -c1-90)" ;;
-        sweep-level[123]|sweep-all|sweep-recheck)
+        sweep-level[123]|sweep-all|sweep-recheck|window-stacks)
             [ -n "$KB" ] || { printf 'skipped\tno KernelBench folder (carry .kb/ or set KERNELBENCH_DIR)\n'; return; }
             name=$1; [ "$SHARD" != 1/1 ] && name="$1-${SHARD/\//of}"
             local which=(--levels "${1#sweep-level}")
             [ "$1" = sweep-recheck ] && which=(--list bench/lists/sweep-recheck.txt)
+            local stacks=""  # the workers' stack samples (engine/worker/stack_samples.py): window-stacks, or STACKS=1
+            [ "$1" = window-stacks ] && which=(--list bench/lists/cudnn-windows.txt)
+            { [ "$1" = window-stacks ] || [ -n "${STACKS:-}" ]; } && stacks="$OUT/$name.stacks"
             [ "$1" = sweep-all ] && which=(--levels 1,2,3)
             rm -f "$OUT/$name.rows.jsonl" "$OUT/$name.locklog"
             # The GPU's utilization every 0.5 s, and every process's lock events: bench/lock_timeline.py
@@ -204,7 +208,7 @@ step() {
                     --format=csv,noheader,nounits -lms 500 > "$OUT/$name.util.csv" 2>/dev/null & smi=$!
             fi
             # shellcheck disable=SC2086
-            run "$name.log" "$STEP_LIMIT" env CUDAFORGE_LOCK_LOG="$OUT/$name.locklog" \
+            run "$name.log" "$STEP_LIMIT" env CUDAFORGE_LOCK_LOG="$OUT/$name.locklog" ${stacks:+CUDAFORGE_STACK_SAMPLES=$stacks} \
                 "$PY" bench/kernelbench_sweep.py "$KB" "${which[@]}" \
                 --jobs "$JOBS" --gpu-memory-gb "$GPU_MEMORY_GB" --shard "$SHARD" --give-up-after 6 \
                 ${ORDER_FROM:+--order-from $ORDER_FROM} \
@@ -215,7 +219,12 @@ step() {
             local util
             util=$(awk -F', *' 'NF >= 2 && $2 ~ /^[0-9]+$/ {s += $2; n++} END {if (n) printf "; GPU busy %.0f %%", s / n}' \
                 "$OUT/$name.util.csv" 2>/dev/null)
-            printf '%s\t%s\n' "$(status $rc)" "$(sweep_line "$name")$util" ;;
+            local held=""
+            if [ -n "$stacks" ]; then
+                "$PY" bench/stack_summary.py "$stacks" --hold write > "$OUT/$name.stacks.txt" 2>&1
+                held="; $(last_line "$OUT/$name.stacks.txt")"
+            fi
+            printf '%s\t%s\n' "$(status $rc)" "$(sweep_line "$name")$util$held" ;;
         batch)
             [ -n "$KB" ] || { printf 'skipped\tno KernelBench folder (carry .kb/ or set KERNELBENCH_DIR)\n'; return; }
             [ "$WHEELS" = ok ] || { printf 'skipped\tneeds openai & co.: carry the wheels in .whl/\n'; return; }

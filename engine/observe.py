@@ -99,14 +99,20 @@ def _pieces(e: Any, g: Any, step: int, offset: int) -> Iterator[tuple[int, Any, 
 
 
 def coordinates(flat_indices: list[int], shape: Any, order: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """Tensor coordinates of flat indices counted in `order` (paired_pieces' offsets)."""
-    import torch
-
+    """Tensor coordinates of flat indices counted in `order` (paired_pieces' offsets). Plain integer
+    arithmetic: torch.unravel_index's argument check imports torch.fx.experimental.symbolic_shapes (sympy
+    and more, about 1.8 s under a sweep's load on the H200), and this runs inside timed windows, wherever a
+    sampled timed output differs from the expected one at all (TF32 convolutions: every cuDNN problem)."""
     if not len(shape):
         return [() for _ in flat_indices]
-    permuted = [shape[d] for d in order]
-    rows = torch.stack(torch.unravel_index(torch.tensor(flat_indices, dtype=torch.int64), permuted), dim=1).tolist()
-    return [tuple(int(c[order.index(d)]) for d in range(len(order))) for c in rows]
+    permuted = [int(shape[d]) for d in order]
+    out = []
+    for flat in flat_indices:
+        rest, coords = int(flat), [0] * len(permuted)
+        for k in range(len(permuted) - 1, -1, -1):
+            rest, coords[k] = divmod(rest, permuted[k]) if permuted[k] else (rest, 0)
+        out.append(tuple(coords[order.index(d)] for d in range(len(order))))
+    return out
 
 
 # The fingerprint's position weights are keyed per process (drawn when this module is imported, before any

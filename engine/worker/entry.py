@@ -35,9 +35,10 @@ def main(argv: list[str]) -> int:
     report = ReportDraft(phases=phases())
     tracing = False
     try:
-        from cudaforge.engine.worker import peak_trace, pipeline
+        from cudaforge.engine.worker import peak_trace, pipeline, stack_samples
 
         tracing = peak_trace.start()  # a diagnostic, only where CUDAFORGE_MEMORY_HISTORY asks for it
+        stack_samples.start()  # likewise, where CUDAFORGE_STACK_SAMPLES asks for it
 
         if job.mode == "profile":
             pipeline.profile_run(job, report)
@@ -62,6 +63,10 @@ def main(argv: list[str]) -> int:
     phase("done")
     if tracing:
         peak_trace.write()
+    with contextlib.suppress(Exception):
+        from cudaforge.engine.worker import stack_samples
+
+        stack_samples.write()
     done_at = time.perf_counter()
     report.phases = dict(phases())
     with contextlib.suppress(Exception):
