@@ -14,7 +14,9 @@ Two pipelines over the same candidates, in one invocation:
 Phases: spawn (process start, torch import, CUDA context; for a spare only what was left; and the app's
 hand-over and read-back), build (task load, candidate build, ModelNew init), correctness (every check
 beside timing: placing, the reference, trials, kernel check, probes, shapes, and the GPU-lock waits),
-timing, profile (the whole ncu run), total (eval wall + profile wall). Each row's `spawn_parts` and
+timing, profile (what the profile adds after the evaluation: it starts beside it, as in a session round,
+so only its exclusive ncu replay and the rest of its run past the evaluation's end count; `profile_own`
+in the JSON is its whole wall), total (eval wall + profile). Each row's `spawn_parts` and
 `profile_parts` (JSON, and the medians printed last) say where spawn and profile went:
 - spawn_parts: the worker's start (python_start, spare_wait, spare_handoff, start, context), the report's
   own making (finish), the app's parts (app.cache_key, app.submit, app.read: report written -> result in
@@ -209,15 +211,22 @@ async def one_round(ev: Evaluator, prof: Profiler, task: Task, cand: Candidate, 
         warm_wait = await wait_ready(*ev.spares, *prof.spares)
     ev.last_exit_s = None
     t0 = time.perf_counter()
+    # As the session's round does (Session._start_profile): the profile starts beside the evaluation and is
+    # kept once the evaluation accepts the candidate; only its exclusive ncu replay waits for the GPU.
+    profiling = asyncio.create_task(prof.profile(task, cand))
+    profiled_at: list[float] = []
+    profiling.add_done_callback(lambda _: profiled_at.append(time.perf_counter()))
     result = await ev.evaluate(task, cand)
-    eval_wall = time.perf_counter() - t0
+    evaluated_at = time.perf_counter()
+    eval_wall = evaluated_at - t0
     if prewarm:
         ev.prewarm()  # the next candidate's worker warms while this one is profiled
-    t1 = time.perf_counter()
-    profile = await prof.profile(task, cand)
-    profile_wall = time.perf_counter() - t1
+    profile = await profiling
+    profile_wall = max(0.0, profiled_at[0] - evaluated_at)  # what the profile adds to the round
+    profile_own = profiled_at[0] - t0
     await ev.settle()  # the evaluation's worker, exiting in the background meanwhile: how long it took
     row = phase_row(result, eval_wall, profile_wall)
+    row["profile_own"] = round(profile_own, 4)  # the profile's whole wall, begun with the evaluation
     return {"outcome": result.outcome, "message": result.message, "profile_ok": profile.ok, "exit_s": ev.last_exit_s,
             "profile_error": profile.error_kind, "profile_message": profile.message[:200],
             "kernels_profiled": len(profile.kernels), "phases": row, "worker_phases": result.phases,

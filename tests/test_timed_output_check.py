@@ -137,3 +137,72 @@ def test_a_large_outputs_compare_runs_side_by_side_and_still_fails_a_stale_outpu
         assert len(entered) == (len(check.checked) - 1 if side_by_side else 0) == check.compared_side_by_side
         (finding,) = check.findings()
         assert finding.name == "timing_output_mismatch" and 29 in [f["call"] for f in check.failures]
+
+
+class HandsBackExpected(torch.nn.Module):
+    """Finds the expected outputs the check keeps (as a candidate could through gc) and returns the one of
+    the content it was given: right in value, the check's own memory."""
+
+    def __init__(self, check: list[TimedOutputCheck], draws: list[list[torch.Tensor]]) -> None:
+        super().__init__()
+        self.check, self.draws = check, draws
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        prepared = self.check[0].prepared if self.check else {}
+        index = next(i for i, d in enumerate(self.draws) if d[0].data_ptr() == x.data_ptr())
+        return prepared[index][0][0] if index in prepared else x * 2
+
+
+class ReturnsItsInput(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+def _kept_check(candidate: Rotation, reference: torch.nn.Module) -> tuple[TimedOutputCheck, list[int]]:
+    kept: list[int] = []
+
+    def keep(values: list[Any]) -> list[Any]:  # as memory.ExpectedPlace does on a GPU while they are small
+        kept.append(len(values))
+        return list(values)
+
+    check = TimedOutputCheck(candidate, reference, torch.device("cpu"), atol=1e-5, rtol=1e-5, compare=compare_output,
+                             protected=set(), sync=lambda: None, numerics=(lambda: None, lambda: None),
+                             samples=3, to_host=memory.host_copy, reference_mutates=False, keep=keep)
+    return check, kept
+
+
+def test_expected_outputs_kept_where_they_are_are_not_poisoned_and_still_catch_the_other_content() -> None:
+    draws = [[torch.randn(64)], [torch.randn(64)]]
+    candidate = Rotation(CountingScale(), draws)
+    check, kept = _kept_check(candidate, CountingScale())
+    assert check.prepare() == 2 and kept == [1, 1]
+    assert torch.equal(check.prepared[0][0][0], draws[0][0] * 2)  # kept as computed, not overwritten with NaN
+    _timed_window(check, candidate, trials=20)
+    assert check.findings() == []
+    stale = Rotation(StaleAfter(honest=1), draws)
+    check, _ = _kept_check(stale, CountingScale())
+    check.prepare()
+    _timed_window(check, stale, trials=20)
+    assert [f.name for f in check.findings()] == ["timing_output_mismatch"]
+
+
+def test_a_candidate_handing_back_a_kept_expected_output_fails() -> None:
+    draws = [[torch.randn(64)], [torch.randn(64)]]
+    holder: list[TimedOutputCheck] = []
+    candidate = Rotation(HandsBackExpected(holder, draws), draws)
+    check, _ = _kept_check(candidate, CountingScale())
+    holder.append(check)
+    check.prepare()
+    _timed_window(check, candidate, trials=20)
+    [found] = check.findings()
+    assert found.name == "timing_output_mismatch" and "expected output itself" in found.message
+    assert len(check.failures) == len(check.checked) == 4
+
+
+def test_a_reference_output_that_is_its_input_is_copied_not_kept() -> None:
+    draws = [[torch.randn(64)], [torch.randn(64)]]
+    candidate = Rotation(ReturnsItsInput(), draws)
+    check, kept = _kept_check(candidate, ReturnsItsInput())
+    check.prepare()
+    assert kept == []  # aliases its input: the rotation rewrites that memory, so the check holds a copy
+    assert check.prepared[0][0][0].untyped_storage().data_ptr() != draws[0][0].untyped_storage().data_ptr()

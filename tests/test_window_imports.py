@@ -89,3 +89,18 @@ def test_summary_groups_by_step_and_hold_longest_first() -> None:
     assert [(g["step"], g["hold"], g["seconds"]) for g in groups] == [("timing.events", "write", 0.4),
                                                                        ("correctness", "read", 0.2)]
     assert [s["stack"] for s in groups[0]["stacks"]] == ["a", "b"]
+
+
+def test_the_spares_warm_up_of_the_checks_runs_every_primitive_and_imports_no_module_tree() -> None:
+    """pipeline.warm_checks (a spare's read turn) on the CPU device, in a fresh process: every primitive it
+    names runs (a renamed one would fail here, not silently in the spare) and none imports a module tree."""
+    code = textwrap.dedent(f"""
+        import sys, json, torch
+        from cudaforge.engine.worker import pipeline
+        before = set(sys.modules)
+        pipeline.warm_checks(torch.device("cpu"))
+        print(json.dumps(sorted(m for m in set(sys.modules) - before if m.startswith({HEAVY!r}))))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

@@ -336,7 +336,8 @@ class TimedOutputCheck:
                  to_host: Callable[[list[Any]], list[Any]] = list, reference_mutates: bool = True,
                  side_by_side: Callable[[], Any] = contextlib.nullcontext,
                  side_by_side_bytes: int = SIDE_BY_SIDE_BYTES, side_by_side_s: float = SIDE_BY_SIDE_S,
-                 pause_cost_s: Callable[[], float] = lambda: 0.0) -> None:
+                 pause_cost_s: Callable[[], float] = lambda: 0.0,
+                 keep: Callable[[list[Any]], list[Any]] | None = None) -> None:
         self.candidate, self.reference_model, self.device = candidate, reference_model, device
         # A compare of at least `side_by_side_bytes` of expected output lets the window's exclusive hold go
         # while it runs (the worker: gpu_share.side_by_side) once one such compare took over `side_by_side_s`;
@@ -349,6 +350,9 @@ class TimedOutputCheck:
         self.slow_compares = False  # a large compare in the window took over side_by_side_s and pause_cost_s()
         self.compared_side_by_side = 0
         self.to_host = to_host  # where the expected output waits for the timed call (the worker: pinned host)
+        # Or, where it returns the outputs themselves, where they stay (the worker: on the device while small,
+        # memory.ExpectedPlace); never for outputs that share memory with the inputs or parameters.
+        self.keep = keep
         self.atol_for: list[float] = []
         # Whether the reference changes its inputs (the correctness trials saw it): only then does it get a copy.
         self.reference_mutates = reference_mutates
@@ -410,8 +414,12 @@ class TimedOutputCheck:
         atol_for = [max(self.atol, TF32_TOLERANCE * largest_magnitude(e))
                     if self.scale_atol and isinstance(e, torch.Tensor) and e.is_floating_point() and e.numel() > 0
                     else self.atol for e in expected]
-        on_device, expected = expected, self.to_host(expected)  # off the device before any candidate call
-        _poison(on_device, self.protected)  # freed now: a candidate handing back unwritten memory finds NaN
+        on_device = expected
+        expected = self.keep(expected) if self.keep is not None and not aliases else self.to_host(expected)
+        kept = {id(v) for v in expected}
+        # What moved off the device is freed now, poisoned first: a candidate handing back unwritten memory
+        # finds NaN. What stays is alive until its sampled calls are compared: no allocation gets its memory.
+        _poison([v for v in on_device if id(v) not in kept], self.protected)
         del on_device
         return expected, atol_for, aliases
 
@@ -444,6 +452,8 @@ class TimedOutputCheck:
         with self.side_by_side() if aside else contextlib.nullcontext():
             if len(got) != len(expected):
                 reason = f"{len(got)} outputs instead of {len(expected)}"
+            elif _storages(got) & _storages(expected):  # an expected output kept on the device, handed back
+                reason = "returned the memory of the expected output itself"
             else:
                 for k, (e, g) in enumerate(zip(expected, got, strict=True)):
                     check = self.compare(k, e, g, self.atol_for[k], self.rtol)
