@@ -16,7 +16,9 @@ hand-over and read-back), build (task load, candidate build, ModelNew init), cor
 beside timing: placing, the reference, trials, kernel check, probes, shapes, and the GPU-lock waits),
 timing, profile (what the profile adds after the evaluation: it starts beside it, as in a session round,
 so only its exclusive ncu replay and the rest of its run past the evaluation's end count; `profile_own`
-in the JSON is its whole wall), total (eval wall + profile). Each row's `spawn_parts` and
+in the JSON is its whole wall), total (eval wall + profile). "without profile" in the table is a round of its
+own per candidate (`eval_only_s`: a new nonce, the evaluation alone, no profile beside it); the naive
+pipeline's is its total less its profile. Each row's `spawn_parts` and
 `profile_parts` (JSON, and the medians printed last) say where spawn and profile went:
 - spawn_parts: the worker's start (python_start, spare_wait, spare_handoff, start, context), the report's
   own making (finish), the app's parts (app.cache_key, app.submit, app.read: report written -> result in
@@ -249,9 +251,21 @@ async def ours(tasks: list[str], fmt: str, options: EvalOptions, settings: NcuSe
         again_profile = await prof.profile(task, cand)
         row["cached_s"] = time.perf_counter() - t0
         row["cached_hit"] = again.cached and again_profile.cached
+        # A round without a profile (a new nonce: a new candidate again), the evaluation alone on the GPU: what
+        # the round costs where ncu is off or absent ("without profile" in the table).
+        ev.prewarm()
+        await wait_ready(*ev.spares)
+        alone = Candidate.from_source(fresh(path.read_text()), path=path)
+        t0 = time.perf_counter()
+        alone_result = await ev.evaluate(task, alone)
+        row["eval_only_s"] = round(time.perf_counter() - t0, 4)
+        row["eval_only_outcome"] = alone_result.outcome
+        row["eval_only_phases"] = alone_result.phases
+        await ev.settle()
         row.update(task=name, format=fmt, pipeline="ours")
         print(f"ours  {fmt:6s} {name:14s} {row['outcome']:10s} total {row['phases']['total']:6.2f} s "
-              f"(profile {row['phases']['profile']:.2f} s, ok={row['profile_ok']}) cached {row['cached_s']:.3f} s",
+              f"(profile adds {row['phases']['profile']:.2f} s, its own wall {row['phases']['profile_own']:.2f} s, "
+              f"ok={row['profile_ok']}) cached {row['cached_s']:.3f} s; without a profile {row['eval_only_s']:.2f} s",
               file=sys.stderr, flush=True)
         print(f"      eval phases {fmt_phases(row['worker_phases'])}\n      profile worker phases "
               f"{fmt_phases(row['profile_worker_phases'])}", file=sys.stderr, flush=True)
@@ -326,7 +340,8 @@ def table(results: dict[str, list[dict[str, Any]]]) -> str:
                 continue
             ratio = f"{mn['total'] / mo['total']:.1f}×" if name == "naive" and mo and mn else ""
             cached = f"{statistics.median(r['cached_s'] for r in rows):.3f}" if name == "ours" else ""
-            without = statistics.median(r["phases"]["total"] - r["phases"]["profile"] for r in rows)
+            without = statistics.median(r["eval_only_s"] if "eval_only_s" in r
+                                        else r["phases"]["total"] - r["phases"]["profile"] for r in rows)
             out.append(f"| {fmt} | {name} | {len(rows)} | " + " | ".join(f"{med[p]:.2f}" for p in PHASES)
                        + f" | {without:.2f} | {ratio} | {cached} |")
     out += ["", "| pipeline | format | task | outcome | profile | spawn | build | correctness | timing | profile s | "

@@ -206,3 +206,16 @@ def test_a_reference_output_that_is_its_input_is_copied_not_kept() -> None:
     check.prepare()
     assert kept == []  # aliases its input: the rotation rewrites that memory, so the check holds a copy
     assert check.prepared[0][0][0].untyped_storage().data_ptr() != draws[0][0].untyped_storage().data_ptr()
+
+
+def test_expected_outputs_stay_on_the_device_only_within_the_memory_rule_and_the_cap(monkeypatch: Any) -> None:
+    gib = 1 << 30
+    monkeypatch.setattr(memory, "REFERENCE_IO", {"peak_bytes": gib, "input_bytes": gib // 2})
+    monkeypatch.setattr(memory, "held_allocated", lambda: 0)
+    monkeypatch.setattr(memory, "CAP", {})
+    # now (0) + one call beyond its inputs (0.5 GiB) + kept <= 1.25 x 1 GiB + 1 GiB - 0.25 GiB
+    assert memory.expected_fits(int(1.5 * gib)) and not memory.expected_fits(int(1.51 * gib))
+    monkeypatch.setattr(memory, "CAP", {"bytes": gib})
+    assert memory.expected_fits(gib // 4) and not memory.expected_fits(gib // 4 + (1 << 20))
+    monkeypatch.setattr(memory, "REFERENCE_IO", {})
+    assert not memory.expected_fits(1)  # no measured reference peak: nothing stays

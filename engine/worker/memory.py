@@ -760,17 +760,17 @@ def host_copy(values: list[Any], wait: bool = True) -> list[Any]:
     return out
 
 
-# The timed check's expected outputs (integrity/runtime.py TimedOutputCheck) stay on the device up to this
-# much in all: a share of the memory rule's slack beside the second input draw (second_draw_fits: half of it)
-# and the L2 flush buffer. Below it a host copy costs more than it saves: the first copy into new host memory
-# runs at about 1.4 GB/s (page faults; page-locking is no faster) and a small example's round spent 0.09 s
-# on it (H200 stack samples, 2026-12-04); kept, the window's compare reads both outputs on the device.
-EXPECTED_ON_DEVICE_BYTES = 64 << 20
+# The timed check's expected outputs (integrity/runtime.py TimedOutputCheck) stay on the device where the
+# memory rule has room for them beside everything the timed calls hold, up to this much in all. Below that a
+# host copy costs more than it saves: the first copy into new host memory runs at about 1.4 GB/s (page
+# faults; page-locking is no faster), and the examples' rounds spent 0.13-0.15 s on their two 128 MiB
+# expected outputs (H200, 2026-12-04); kept, the window's compares read both outputs on the device.
+EXPECTED_ON_DEVICE_BYTES = 512 << 20
 
 
 class ExpectedPlace:
     """Where the timed check's expected outputs wait for their sampled calls: as they are on the device while
-    together they stay within `limit` (and under the cap), else host copies (host_copy)."""
+    the rule has room (expected_fits) and together they stay within `limit`, else host copies (host_copy)."""
 
     def __init__(self, limit: int = EXPECTED_ON_DEVICE_BYTES) -> None:
         self.limit, self.kept = limit, 0
@@ -780,12 +780,28 @@ class ExpectedPlace:
 
         tensors = [v for v in values if isinstance(v, torch.Tensor)]
         nbytes = tensor_bytes(tensors)
-        cap = CAP.get("bytes")
         on_gpu = _cuda() and all(t.device.type == "cuda" for t in tensors)
-        if on_gpu and self.kept + nbytes <= self.limit and (cap is None or held_allocated() + nbytes <= int(cap)):
+        if on_gpu and self.kept + nbytes <= self.limit and expected_fits(nbytes):
             self.kept += nbytes
             return list(values)
         return host_copy(values)
+
+
+def expected_fits(nbytes: int) -> bool:
+    """Whether `nbytes` more may stay on the device through the timed calls within the memory rule (and the
+    cap): what is allocated now (both draws, the models, the L2 flush buffer, expected outputs kept so far)
+    plus what one call adds beyond its inputs (the reference's own peak less its inputs, its parameters
+    counted again: an overestimate) plus these bytes, under FACTOR x the reference's peak + SLACK_BYTES less
+    a quarter of the slack (library workspaces, compare slices)."""
+    ref_peak = int(REFERENCE_IO.get("peak_bytes", 0))
+    if ref_peak <= 0:
+        return False
+    transient = max(0, ref_peak - int(REFERENCE_IO.get("input_bytes", 0)))
+    need = held_allocated() + transient + nbytes
+    if need > FACTOR * ref_peak + SLACK_BYTES - SLACK_BYTES // 4:
+        return False
+    cap = CAP.get("bytes")
+    return cap is None or need + SLACK_BYTES // 4 <= int(cap)
 
 
 COPY_PIECE_BYTES = 256 << 20  # a large host copy goes in pieces of this size, a step boundary between them
