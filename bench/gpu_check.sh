@@ -17,7 +17,8 @@
 #   JOBS             evaluations in flight for the sweeps (8); GPU_MEMORY_GB their per-worker cap (24)
 #   SHARD            K/N: only every N-th problem of a sweep, from the K-th (1/1)
 #   ORDER_FROM       earlier sweeps' rows files: the sweeps run the longest problems first by their walls there
-#                    (default: the committed rows of sessions 11 and up, bench/results/*-s1?-*sweep-level*.rows.jsonl;
+#                    (default: the committed rows of sessions 11 and up, bench/results/*-s1?-*sweep-level*.rows.jsonl,
+#                    and the whole sweeps' of session 15 and up;
 #                    "none": the problems' own order)
 #   TRACE_PROBLEM    the problem of the peak-trace step (level1/97_ScaledDotProductAttention)
 #   SOL_START        the first level-1 problem of the sol step (1; it ends at 20); SOL_NO_EXAMPLES=1 skips
@@ -38,7 +39,8 @@ JOBS=${JOBS:-8}
 GPU_MEMORY_GB=${GPU_MEMORY_GB:-24}
 SHARD=${SHARD:-1/1}
 SOL_START=${SOL_START:-1}
-ORDER_FROM=${ORDER_FROM:-$(ls bench/results/*-s1[1-9]-*sweep-level*.rows.jsonl 2>/dev/null | tr '\n' ' ')}
+ORDER_FROM=${ORDER_FROM:-$(ls bench/results/*-s1[1-9]-*sweep-level*.rows.jsonl bench/results/*-s1[5-9]-*sweep-all.rows.jsonl \
+    2>/dev/null | tr '\n' ' ')}
 [ "$ORDER_FROM" = none ] && ORDER_FROM=""
 STEP_LIMIT=${STEP_LIMIT:-500}
 STEP_LIMITS=${STEP_LIMITS:-}
