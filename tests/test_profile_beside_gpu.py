@@ -1,0 +1,84 @@
+"""A round's profile runs beside its evaluation (Session._start_profile), on the GPU with the real ncu: the
+profile of a wrong candidate is cancelled and never shown or stored; a correct candidate's profile is kept,
+and it began before its evaluation ended."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+KEY_ENV = "CF_PROFILE_BESIDE_KEY"
+
+
+def _coder(source: str) -> Any:
+    from llm_server import Reply
+
+    return Reply(text=f"Here is the module.\n\n```python\n{source}```\n")
+
+
+def _judge() -> Any:
+    from llm_server import Reply
+
+    return Reply(text=json.dumps({"bottleneck": "memory bound", "method": "tune the block size",
+                                  "plan": "keep the kernel", "evidence": []}))
+
+
+def test_a_wrong_candidates_profile_is_cancelled_and_a_correct_ones_kept(tmp_path: Path) -> None:
+    if shutil.which("ncu") is None:
+        pytest.skip("no ncu on PATH")
+    from cudaforge.engine.config import load_config
+    from cudaforge.engine.session import CandidateEvaluated, ProfileReady, RoundFinished, create_session
+    from llm_server import ScriptedLLMServer
+
+    correct = (EXAMPLES / "relu" / "nvrtc.py").read_text()
+    wrong = correct.replace("return v < 0.f ? 0.f : v;", "return v < 0.f ? 0.f : 2.f * v;")
+    assert wrong != correct
+    os.environ[KEY_ENV] = "scripted-not-a-key"
+    seen: list[tuple[float, str, int]] = []
+
+    def on_event(e: Any) -> None:
+        if isinstance(e, (CandidateEvaluated, ProfileReady, RoundFinished)):
+            seen.append((time.time(), type(e).__name__, e.round))
+
+    llm = {"provider": "openai-compatible", "model": "scripted", "api_key_env": KEY_ENV, "timeout_s": 60.0,
+           "max_retries": 0}
+    # Round 1 wrong (a repair follows), round 2 correct.
+    script = [_coder(wrong), _judge(), _coder(correct), _judge()]
+    with ScriptedLLMServer(script) as server:
+        flat: dict[str, Any] = {"eval.device": "cuda", "session.rounds": 2, "session.mode": "auto",
+                                "session.format": "nvrtc", "run.folder": str(tmp_path / "runs"),
+                                "run.cache_dir": str(tmp_path / "cache"), "budget.dollars": 10.0,
+                                "eval.trials": 2, "budget.wall_minutes": 5.0}
+        for role in ("coder", "judge"):
+            flat.update({f"{role}.{k}": v for k, v in llm.items()} | {f"{role}.base_url": server.base_url_compat})
+        session = create_session(EXAMPLES / "relu" / "task.py", load_config(None, flat, use_user_config=False),
+                                 on_event=on_event)
+        asyncio.run(session.run())
+    kinds = [(name, n) for _, name, n in seen]
+    assert ("CandidateEvaluated", 1) in kinds and ("CandidateEvaluated", 2) in kinds, kinds
+    assert ("ProfileReady", 1) not in kinds, kinds  # the wrong candidate's profile: cancelled, never shown
+    assert session.store.profile(1) is None
+    assert ("ProfileReady", 2) in kinds, kinds
+    stored = session.store.profile(2)
+    assert stored is not None and stored[0] is not None
+    profile = stored[0]
+    if profile.error_kind in ("ncu_missing", "permission_denied"):
+        pytest.skip(profile.message)
+    assert profile.ok, profile.message
+    # Its worker's replay ran while the evaluation was still going on: the profile's result came in no later
+    # than a moment after the evaluation's (sequential, it took the whole ncu run after it: 0.6-0.9 s).
+    evaluated = next(t for t, name, n in seen if name == "CandidateEvaluated" and n == 2)
+    profiled = next(t for t, name, n in seen if name == "ProfileReady" and n == 2)
+    assert profiled - evaluated < 0.5, (profiled - evaluated, kinds)
+    print(json.dumps({"profile_after_evaluation_s": round(profiled - evaluated, 3)}), file=sys.stderr)
