@@ -295,21 +295,23 @@ async def test_resume_replays_decisions_in_order(cache_dir: Path, tmp_path: Path
 
 async def test_a_rounds_profile_runs_beside_its_evaluation_and_goes_with_a_wrong_candidate(
         server: ScriptedLLMServer, cache_dir: Path, tmp_path: Path) -> None:
-    """Session._start_profile with the real Profiler and sandbox; no ncu in CI, so `ncu` is a script that takes
-    3 s where the profile would run and then fails. A wrong candidate's profile is cancelled at its verdict
-    (the round does not wait for it, nothing is shown or stored); a correct one's is awaited and shown."""
+    """Session._start_profile with the real Profiler and sandbox; no ncu in CI, so `ncu` is a script that notes
+    when it starts, takes 3 s where the profile would run and then fails. A wrong candidate's profile is
+    cancelled at its verdict (the round does not wait for it, nothing is shown or stored); a correct one's
+    begins before its evaluation ends (a new source: its build alone takes seconds) and is shown."""
     from cudaforge.engine.evaluation.profiler import Profiler
     from cudaforge.engine.profiling import NcuSettings
 
     started = tmp_path / "ncu_started"
     fake = tmp_path / "ncu"
     fake.write_text("#!/bin/sh\ncase \"$*\" in *--query-metrics*) exit 1 ;; esac\n"
-                    f"echo \"$$\" >> '{started}'\nsleep 3\necho 'no GPU here' >&2\nexit 1\n")
+                    f"date +%s.%N >> '{started}'\nsleep 3\necho 'no GPU here' >&2\nexit 1\n")
     fake.chmod(0o755)
-    server.push(coder_reply(WRONG), judge_correct_reply("the values are scaled wrong"), coder_reply(CORRECT))
+    fresh = CORRECT.replace("CI task", "CI task, profiled beside its evaluation")
+    server.push(coder_reply(WRONG), judge_correct_reply("the values are scaled wrong"), coder_reply(fresh))
     timed: list[tuple[float, Any]] = []
     config = session_config(server, cache_dir, **{"session.rounds": 2, "session.mode": "auto", "eval.spares": 0})
-    session = create_session(TASK, config, on_event=lambda e: timed.append((time.monotonic(), e)), run_root=tmp_path)
+    session = create_session(TASK, config, on_event=lambda e: timed.append((time.time(), e)), run_root=tmp_path)
     session.profiler = Profiler(session.evaluator, NcuSettings(path=str(fake), timeout_s=30.0))
     stopped = await session.run()
 
@@ -318,7 +320,9 @@ async def test_a_rounds_profile_runs_beside_its_evaluation_and_goes_with_a_wrong
     assert [e.outcome for e in _kinds(events, RoundFinished)] == ["wrong_result", "ok"]
     profiled = _kinds(events, ProfileReady)
     assert [e.round for e in profiled] == [2] and not profiled[0].profile.ok
+    assert profiled[0].profile.error_kind != "ncu_missing", profiled[0].profile.message  # the script ran
     assert session.store.profile(1) is None and session.store.profile(2) is not None
     at = {(type(e).__name__, e.round): t for t, e in timed if isinstance(e, (CandidateEvaluated, RoundFinished))}
     assert at[("RoundFinished", 1)] - at[("CandidateEvaluated", 1)] < 2.0  # cancelled, not waited for (3 s)
-    assert len(started.read_text().split()) == 2  # both profiles began, round 1's beside its evaluation
+    starts = [float(x) for x in started.read_text().split()]
+    assert starts and starts[-1] < at[("CandidateEvaluated", 2)]  # round 2's profile began during its evaluation
