@@ -103,6 +103,12 @@ def side_by_side(lock_path: str | None) -> Any:
         write(lock_path, "timing_wait")
 
 
+def hold_kind() -> str:
+    """The hold this worker has now: rwlock.READ, rwlock.WRITE or "none" (the stack samples' grouping)."""
+    hold = _STATE["hold"]
+    return str(hold.kind) if hold is not None and hold.held else "none"
+
+
 def release_hold() -> None:
     """Let the current hold go (the device synchronized first); the reservation stays."""
     hold = _STATE["hold"]

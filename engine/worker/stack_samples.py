@@ -11,7 +11,6 @@ normal evaluation.
 from __future__ import annotations
 
 import collections
-import json
 import os
 import sys
 import threading
@@ -29,12 +28,6 @@ _STATE: dict[str, Any] = {"thread": None, "stop": None, "counts": None}
 
 def requested() -> str | None:
     return os.environ.get(ENV) or None
-
-
-def _hold_kind() -> str:
-    gpu_share = sys.modules.get("cudaforge.engine.worker.gpu_share")
-    hold = gpu_share._STATE.get("hold") if gpu_share is not None else None
-    return str(hold.kind) if hold is not None and getattr(hold, "held", False) else "none"
 
 
 def _stack(frame: Any) -> str:
@@ -60,6 +53,7 @@ def start() -> bool:
     """Start sampling where asked; whether it started."""
     if requested() is None or _STATE["thread"] is not None:
         return False
+    from cudaforge.engine.worker.gpu_share import hold_kind
     from cudaforge.engine.worker.harness import current_step
 
     main_id = threading.main_thread().ident
@@ -74,7 +68,7 @@ def start() -> bool:
             frame = sys._current_frames().get(main_id)
             now = time.perf_counter()
             if frame is not None:
-                counts[(current_step() or "-", _hold_kind(), _stack(frame))] += now - last
+                counts[(current_step() or "-", hold_kind(), _stack(frame))] += now - last
             last = now
 
     thread = threading.Thread(target=run, name="cudaforge-stack-samples", daemon=True)
@@ -101,7 +95,9 @@ def write() -> None:
         return
     _STATE["stop"].set()
     thread.join(timeout=1.0)
+    from cudaforge.engine.worker.harness import write_result
+
     path = Path(folder) / f"stacks-{os.getpid()}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"pid": os.getpid(), "at": time.time(), "interval_s": INTERVAL_S,
-                                "groups": summary(_STATE["counts"])}))
+    write_result(path, {"pid": os.getpid(), "at": time.time(), "interval_s": INTERVAL_S,
+                        "groups": summary(_STATE["counts"])})
