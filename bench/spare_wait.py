@@ -45,8 +45,10 @@ from round_latency import with_nonce  # noqa: E402
 
 EXAMPLES = REPO / "examples"
 KEY_ENV = "CF_SCRIPTED_KEY"
-WARM = ("spare_python_start", "spare_import", "spare_counting", "spare_lock_wait", "spare_context", "spare_cupti",
-        "spare_cupti_prepare",
+# spare_fork: a spare forked from the zygote (engine/evaluation/zygote.py), fork to warm-up; spare_python_start an
+# exec'd one's, exec to warm-up: one of the two is set.
+WARM = ("spare_python_start", "spare_fork", "spare_import", "spare_counting", "spare_lock_wait", "spare_context",
+        "spare_check_kernels", "spare_warm_checks", "spare_cupti", "spare_cupti_prepare",
         "spare_cupti_enable", "spare_cupti_disable", "spare_handoff", "app")
 
 
@@ -186,9 +188,10 @@ def main() -> int:
         asked = args.spares if args.spares is not None else load_config(None, use_user_config=False).get("eval", "spares")
         kept = EvalOptions(device=args.device, spares=asked).spare_depth  # one at most on the CPU device
         print(f"\nscripted session, {where}, replies at once, {kept} spare(s) kept (seconds):")
-        print("| round | outcome | spare_wait | spare: python start | import | counting (torch._dynamo) | lock wait | "
-              "context | CUPTI | CUPTI prepare | enable | disable | hand-off | app | evaluate | profile |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        print("| round | outcome | spare_wait | spare: python start | fork (zygote) | import | counting (torch._dynamo) | "
+              "lock wait | context | check kernels | warm checks | CUPTI | CUPTI prepare | enable | disable | hand-off "
+              "| app | evaluate | profile |")
+        print("|" + " --- |" * (len(WARM) + 5))
         for r in res["session"]:
             print(f"| {r['round']} | {r['outcome']} | {f(r['spare_wait_s'])} | " + " | ".join(
                 f(r[k + '_s']) for k in WARM) + f" | {f(r['evaluate_s'])} | {f(r['profile_s'])} |")

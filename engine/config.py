@@ -54,6 +54,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
                       doc="warm spare workers kept on CUDA (and as many ncu-wrapped ones for profiles), the oldest "
                           "ready one taken by the next evaluation; each holds a CUDA context. On the CPU device at "
                           "most one, started while the LLM thinks. 0: none"),
+        "zygote": Key(True, bool,
+                      doc="fork the spares from one process that imported torch once, instead of starting Python "
+                          "and importing torch for each (Linux); CUDAFORGE_ZYGOTE=0 turns it off too"),
     },
     "timing": {
         "warmup": Key(10, int, minimum=0, doc="warm-up calls of each callable (at least)"),

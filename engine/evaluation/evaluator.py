@@ -32,6 +32,7 @@ from cudaforge.engine.evaluation.sandbox import (
     wait_sandboxed,
 )
 from cudaforge.engine.evaluation.spare import DEFAULT_IDLE_S, Spare, SparePool, start_spare
+from cudaforge.engine.evaluation.zygote import enabled as zygote_enabled
 from cudaforge.engine.gpu.lock import foreign_gpu_processes, gpu_lock_path
 from cudaforge.engine.integrity.registry import apply_policy, finding
 from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult, Finding, Peaks, TaskCounts, WorkerExit
@@ -89,6 +90,7 @@ class EvalOptions:
     result_cache: bool = False
     spare_idle_s: float = DEFAULT_IDLE_S  # how long a pre-warmed spare may wait for its job
     spares: int = default("eval", "spares")  # warm spares kept (CUDA; one at most on the CPU device)
+    zygote: bool = default("eval", "zygote")  # spares forked from a process that imported torch once
     gpu_memory_gb: float | None = default("run", "gpu_memory_gb")  # [run] gpu_memory_gb: the worker's device-memory cap (CUDA only)
 
     @classmethod
@@ -98,6 +100,7 @@ class EvalOptions:
         opts = cls(
             device=ev["device"], gpu=ev["gpu"], precision=ev["precision"], trials=ev["trials"], seed=ev["seed"],
             atol=ev["atol"], rtol=ev["rtol"], second_distribution=ev["second_distribution"], spares=ev["spares"],
+            zygote=ev["zygote"],
             timing=dict(tm),
             timeouts=_timeouts(to),
             output_limit_bytes=int(to["output_mb"]) << 20, open_files=int(to["open_files"]),
@@ -221,7 +224,8 @@ class Evaluator:
             key=self._spare_key(), prefix=(), python=o.python, device=o.device, gpu=o.gpu, env=self.worker_env(),
             phase_limits=o.phase_limits(), default_limit_s=o.load_s,
             output_limit_bytes=o.output_limit_bytes, open_files=o.open_files,
-            warm_limit_s=o.load_s, idle_limit_s=o.spare_idle_s, label="spare", warm_counting=self.spares_count_tasks)
+            warm_limit_s=o.load_s, idle_limit_s=o.spare_idle_s, label="spare", warm_counting=self.spares_count_tasks,
+            forked=zygote_enabled(o.zygote))
 
     def prewarm(self) -> bool:
         """Keep `options.spare_depth` spare workers warming or waiting (dead ones and ones started for other

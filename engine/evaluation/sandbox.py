@@ -177,8 +177,51 @@ def _limits(spec: SandboxSpec) -> None:
             resource.setrlimit(res, (new, hard))
 
 
-def supervise(spec: SandboxSpec) -> ProcessOutcome:
-    """Supervisor body: start the worker, enforce limits, sweep descendants, report."""
+class ForkedChild:
+    """The worker as a forked child of the supervisor (the zygote's spares): what supervise() asks of a Popen."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            with contextlib.suppress(ChildProcessError):
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+                if pid == self.pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int | None:
+        while self.poll() is None:
+            time.sleep(0.01)
+        return self.returncode
+
+
+def enter_sandbox(spec: SandboxSpec) -> None:
+    """In a forked worker, before any of its own code runs: what Popen does for an exec'd one (a new session,
+    the rlimits, stdin from /dev/null, stdout and stderr to their files, its cwd, its environment; TMPDIR is
+    read again by tempfile)."""
+    import tempfile
+
+    os.setsid()
+    _limits(spec)
+    null = os.open(os.devnull, os.O_RDONLY)
+    out = os.open(spec.stdout_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    err = os.open(spec.stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    for fd, target in ((null, 0), (out, 1), (err, 2)):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(spec.cwd)
+    os.environ.clear()
+    os.environ.update(spec.env)
+    tempfile.tempdir = None
+    sys.argv = list(spec.argv)
+
+
+def supervise(spec: SandboxSpec, fork_worker: Callable[[SandboxSpec], int] | None = None) -> ProcessOutcome:
+    """Supervisor body: start the worker, enforce limits, sweep descendants, report. `fork_worker(spec)` (the
+    zygote's): the worker is forked from this process rather than exec'd, and its pid returned."""
     import subprocess
 
     _set_subreaper()
@@ -192,17 +235,21 @@ def supervise(spec: SandboxSpec) -> ProcessOutcome:
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     start = time.monotonic()
-    with open(spec.stdout_path, "wb") as out, open(spec.stderr_path, "wb") as err:
-        child = subprocess.Popen(
-            spec.argv,
-            cwd=spec.cwd,
-            env=spec.env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-            preexec_fn=lambda: _limits(spec),
-        )
+    child: Any
+    if fork_worker is not None:
+        child = ForkedChild(fork_worker(spec))
+    else:
+        with open(spec.stdout_path, "wb") as out, open(spec.stderr_path, "wb") as err:
+            child = subprocess.Popen(
+                spec.argv,
+                cwd=spec.cwd,
+                env=spec.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                preexec_fn=lambda: _limits(spec),
+            )
     reason, limit = "", None
     phase = ""
     while True:
@@ -285,6 +332,49 @@ def sweep_marker(marker: str) -> int:
     return killed
 
 
+class ForeignProcess:
+    """A supervisor that is not this process's child (the zygote forked it), watched through a pidfd: what
+    SandboxHandle asks of a Popen. Its exit status is not ours to read; its outcome file says what happened."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        try:
+            self._fd: int | None = os.pidfd_open(pid)
+        except OSError:  # already gone
+            self._fd, self.returncode = None, 0
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self._fd is not None:
+            import select
+
+            if select.select([self._fd], [], [], 0)[0]:
+                self._ended()
+        return self.returncode
+
+    def _ended(self) -> None:
+        self.returncode = 0
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        import select
+        import subprocess
+
+        if self.poll() is None and self._fd is not None:
+            if not select.select([self._fd], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
+            self._ended()
+        return int(self.returncode or 0)
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is not None or self._fd is None:
+            raise ProcessLookupError(self.pid)
+        signal.pidfd_send_signal(self._fd, sig)
+
+
 @dataclass
 class SandboxHandle:
     """A started supervisor: awaited with `wait_sandboxed`, killed with `kill_sandboxed`.
@@ -313,8 +403,11 @@ def start_sandboxed(
     default_limit_s: float = 600.0,
     output_limit_bytes: int = 64 << 20,
     open_files: int = 1024,
+    fork: Callable[[Path], int | None] | None = None,
 ) -> SandboxHandle:
-    """Start `argv` under a supervisor and return at once (see `run_sandboxed` for the containment)."""
+    """Start `argv` under a supervisor and return at once (see `run_sandboxed` for the containment). `fork`
+    (a zygote's, engine/evaluation/zygote.py): given the spec file, forks the supervisor and its worker and
+    returns the supervisor's pid, or None, and the supervisor is started the usual way."""
     import subprocess
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -340,13 +433,18 @@ def start_sandboxed(
     )
     spec_path = workdir / "sandbox.json"
     spec_path.write_text(json.dumps(asdict(spec)))
-    sup_env = {k: v for k, v in child_env.items() if k != MARKER_VAR}
-    with open(workdir / "supervisor.txt", "wb") as sup_err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cudaforge.engine.evaluation.sandbox", str(spec_path)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=sup_err, env=sup_env,
-            start_new_session=True,
-        )
+    forked = fork(spec_path) if fork is not None else None
+    proc: Any
+    if forked is not None:
+        proc = ForeignProcess(forked)
+    else:
+        sup_env = {k: v for k, v in child_env.items() if k != MARKER_VAR}
+        with open(workdir / "supervisor.txt", "wb") as sup_err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "cudaforge.engine.evaluation.sandbox", str(spec_path)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=sup_err, env=sup_env,
+                start_new_session=True,
+            )
     outer_limit = sum((phase_limits or {}).values()) + default_limit_s + 60
     handle = SandboxHandle(proc=proc, marker=marker, spec=spec, limit_s=outer_limit)
     _LIVE_HANDLES[proc.pid] = handle

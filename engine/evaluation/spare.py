@@ -20,16 +20,12 @@ while a round whose LLM replies at once lasts ~5-6 s: with one spare every such 
 two each spare has two rounds to get ready. Each warm spare holds a CUDA context (~0.5-0.8 GiB of device
 memory): the memory admission counts it as one of our processes (engine/worker/pipeline.py `_budget`).
 
-Why no pre-imported fork server ("zygote"): with the hand-over above the import is already off the
-critical path whenever a round lasts longer than the import; what is left is the GPU part under the
-lock, which a zygote cannot shorten. A zygote would also have to be designed with care: it must never
-hold CUDA state (no context before fork: a forked CUDA context is unusable), it must be single-threaded
-when it forks, it must have imported torch under the scrubbed worker environment (torch reads some
-variables at import), and every forked child must still be the child of a per-evaluation sandbox
-supervisor (subreaper sweep, phase and output limits, rlimits, new session, its own cwd/TMPDIR and
-marker variable). That means the zygote forks the supervisor too (or the supervisor becomes the
-zygote's child), not that the zygote's children are adopted by an existing supervisor: Linux only
-re-parents orphans to the nearest subreaper ancestor.
+Forked spares (`[eval] zygote`, on by default): the hand-over above kept the import off the round's path
+only while a round lasted longer than the import. Rounds whose replies come at once now come 1.1-2.2 s
+apart, and a spare's import took 3.4-4.6 s under their load (H200), so every third round waited. An
+evaluation's spare is now forked from a zygote that imported everything once (engine/evaluation/zygote.py:
+its supervisor and worker are forked, the sandbox kept); only the GPU part is left of its warm-up. ncu's
+spares are still started by ncu, which must start the process it profiles.
 """
 
 from __future__ import annotations
@@ -98,9 +94,11 @@ class Spare:
 def start_spare(*, key: str, prefix: Sequence[str], python: str, device: str, gpu: int, env: Mapping[str, str],
                 phase_limits: Mapping[str, float], default_limit_s: float, output_limit_bytes: int,
                 open_files: int, warm_limit_s: float, idle_limit_s: float = DEFAULT_IDLE_S,
-                label: str = "spare", warm_counting: bool = True) -> Spare:
+                label: str = "spare", warm_counting: bool = True, forked: bool = False) -> Spare:
     """Start a spare now and return at once (it warms up in the background). `warm_counting`: its warm-up
-    also loads what counting a task in the worker needs (torch._dynamo), for jobs that bring no TaskCounts."""
+    also loads what counting a task in the worker needs (torch._dynamo), for jobs that bring no TaskCounts.
+    `forked`: fork it from the zygote for these options (engine/evaluation/zygote.py) once that has imported
+    everything, else (and under a prefix such as ncu, which must start the process) start Python for it."""
     workdir = Path(tempfile.mkdtemp(prefix=f"cudaforge-{label}-"))
     argv = [*prefix, python, "-m", "cudaforge.engine.worker", "--spare", str(workdir), device, str(gpu)]
     if device == "cuda":
@@ -114,10 +112,16 @@ def start_spare(*, key: str, prefix: Sequence[str], python: str, device: str, gp
     if not warm_counting:
         argv.append("--no-counting")
     limits = {**dict(phase_limits), "warm": float(warm_limit_s), "idle": float(idle_limit_s)}
+    started = time.monotonic()
+    fork = None
+    if forked and not prefix:
+        from cudaforge.engine.evaluation.zygote import zygote_for
+
+        fork = zygote_for(python, device, env).fork
     handle = start_sandboxed(argv, workdir=workdir / "sandbox", env=env, phase_limits=limits,
                              default_limit_s=default_limit_s, output_limit_bytes=output_limit_bytes,
-                             open_files=open_files)
-    spare = Spare(handle=handle, workdir=workdir, key=key)
+                             open_files=open_files, fork=fork)
+    spare = Spare(handle=handle, workdir=workdir, key=key, started=started)
     _LIVE[id(spare)] = spare
     return spare
 

@@ -7,12 +7,7 @@ the profiled range, so ncu's profiling session is set up before the job)."""
 
 import sys
 
-from cudaforge.engine.worker.entry import main, spare_main
+from cudaforge.engine.worker.entry import run
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 2 and sys.argv[1] == "--spare":
-        extra = sys.argv[5:]
-        lock = extra[extra.index("--lock") + 1] if "--lock" in extra[:-1] else None
-        sys.exit(spare_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), lock_path=lock, warm_cupti="--cupti" in extra,
-                            warm_counting="--no-counting" not in extra, warm_ncu="--ncu-warm" in extra))
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run(sys.argv[1:]))

@@ -141,6 +141,7 @@ def _cupti_parts(prof: Any) -> dict[str, float]:
 
 
 SPARE_JOB = "job.json"
+FORKED = [False]  # this spare was forked from the zygote (engine/evaluation/zygote.py), its imports done there
 SPARE_READY = "ready.json"
 
 
@@ -177,6 +178,40 @@ def _warm_ncu(gpu: int) -> None:
     nvrtc.LAUNCH_COUNTS.pop(observe.NCU_WARM_KERNEL, None)
 
 
+def preload(device: str, counting: bool = True) -> None:
+    """Import what a spare's job will need, and nothing that touches a GPU: torch, the evaluation code, the
+    extension builder, psutil (the host-memory admission's: 0.17 s of a round's load_task), the profiler's
+    module (observe.device_profile's), with `counting` what the meta-device counts (footprint, FLOPs) of a job
+    without TaskCounts import (torch._dynamo), and on CUDA triton, when installed (a Triton round does not pay
+    for its import). A spare calls it before its GPU warm-up; the zygote (engine/evaluation/zygote.py) once,
+    before it forks any spare, so it must never initialise CUDA: a forked CUDA state is unusable."""
+    import torch  # noqa: F401
+    import torch.utils.cpp_extension  # noqa: F401
+    from cudaforge.engine import nvrtc, observe  # noqa: F401
+    from cudaforge.engine.worker import pipeline  # noqa: F401
+    from torch.autograd import profiler  # noqa: F401
+
+    with contextlib.suppress(ImportError):
+        import psutil  # noqa: F401
+    if counting:
+        import torch._dynamo  # noqa: F401
+    if device == "cuda":
+        from cudaforge.engine.worker.triton_support import preload as preload_triton
+
+        preload_triton()
+
+
+def run(args: list[str]) -> int:
+    """The worker's command line after `python -m cudaforge.engine.worker` (see __main__.py): a spare, or one
+    job's spec file. The zygote's forked spares run it in-process."""
+    if len(args) >= 1 and args[0] == "--spare":
+        extra = args[4:]
+        lock = extra[extra.index("--lock") + 1] if "--lock" in extra[:-1] else None
+        return spare_main(args[1], args[2], int(args[3]), lock_path=lock, warm_cupti="--cupti" in extra,
+                          warm_counting="--no-counting" not in extra, warm_ncu="--ncu-warm" in extra)
+    return main(args)
+
+
 def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None, warm_cupti: bool = False,
                warm_counting: bool = True, warm_ncu: bool = False) -> int:
     """A pre-warmed spare: start Python, import torch and the evaluation code, create the CUDA
@@ -193,7 +228,8 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
     job = root / SPARE_JOB
     steps: dict[str, float] = {}  # where the warm-up's seconds go (ready.json), for benches and tests
     mark = [warm_start]
-    steps["python_start_s"] = round(process_age(), 4)  # exec to here: the interpreter and its site imports
+    # exec to here (the interpreter and its site imports), or, forked from the zygote, fork to here
+    steps["fork_s" if FORKED[0] else "python_start_s"] = round(process_age(), 4)
 
     def step(name: str) -> None:
         now = time.perf_counter()
@@ -203,21 +239,14 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
     import torch
     from cudaforge.engine.worker import pipeline  # the evaluation code, loaded while the LLM thinks
     with contextlib.suppress(Exception):  # a failure here shows up again, properly reported, in the job
-        import torch.utils.cpp_extension  # noqa: F401
-        with contextlib.suppress(ImportError):  # the host-memory admission's (0.17 s of a round's load_task)
-            import psutil  # noqa: F401
         from cudaforge.engine import nvrtc, observe
-        from torch.autograd import profiler  # noqa: F401  (observe.device_profile's)
 
+        preload(device, counting=False)
         step("import_s")
         if warm_counting:  # the meta-device counts (footprint, FLOPs) a job without TaskCounts makes import it
-            import torch._dynamo  # noqa: F401
-
+            preload(device, counting=True)
             step("counting_s")
         if device == "cuda" and torch.cuda.is_available():
-            from cudaforge.engine.worker.triton_support import preload
-
-            preload()  # triton, when installed: a Triton round does not pay for its import
             with _gpu_lock(lock_path, job.exists):
                 step("lock_wait_s")
                 torch.cuda.set_device(gpu)

@@ -148,8 +148,8 @@ def with_kernel_timer(timer: Any, run: Callable[[Callable[[], None] | None], R],
                       ) -> tuple[R, dict[str, list[float]], str]:
     """`run(flush)` (the host-timed calls, given the flush to use) with CUPTI collecting: (its result,
     name -> busy ms per call, "" or why the timer is absent). `done()` is called once the device work is
-    over and before the records are read (the caller lets its exclusive hold go there: reading them is
-    host work); `part(name)` times the steps (the worker's sub-phases). Only the candidate's and
+    over, before the session stops and its records are read (the caller lets its exclusive hold go there:
+    both are host work); `part(name)` times the steps (the worker's sub-phases). Only the candidate's and
     reference's own exceptions leave here; a profiler that cannot start or be read leaves the timer absent."""
     if not timer.cuda:
         out = run(None)
@@ -170,10 +170,13 @@ def with_kernel_timer(timer: Any, run: Callable[[Callable[[], None] | None], R],
     try:
         with part("host_calls"):
             out = run(kernel_timer.flush)
+        # The device work is over (host_times synchronized after its last call): the exclusive hold goes
+        # before CUPTI stops, since ending the session (Kineto collecting its records) is host work; it was
+        # 6.6 s of the H200 sweep's 86.9 s held alone (session 15).
+        done()
     finally:
         with part("cupti_stop"), contextlib.suppress(Exception):
             kernel_timer.stop()
-    done()
     with part("cupti_read"):
         busy = kernel_timer.busy(list(timer.host_order))
     return out, busy, f"absent: {kernel_timer.note}" if kernel_timer.note else ""
