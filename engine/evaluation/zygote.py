@@ -293,6 +293,30 @@ def _fork_supervisor(spec_path: str) -> int:
     os._exit(code)
 
 
+def _forked_child_refuses_cuda() -> str:
+    """Fork once and ask the child whether torch would refuse CUDA there (an import made a CUDA runtime call
+    that registered torch's fork poisoning); "" when it would not, else why."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:
+        code = 1
+        with contextlib.suppress(BaseException):
+            import torch
+
+            code = 3 if torch.cuda._is_in_bad_fork() else 0
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code == 0:
+        return ""
+    if code == 3:
+        return "an import made a CUDA runtime call: a forked child could not use CUDA"
+    return f"the fork test's child failed ({code})"
+
+
 def main(argv: list[str]) -> int:
     """The zygote: import (never a GPU call), say ready, then fork a supervisor per request line."""
     from cudaforge.engine.evaluation.sandbox import _children_of, _set_subreaper, _sweep_descendants
@@ -301,6 +325,11 @@ def main(argv: list[str]) -> int:
     parent = os.getppid()
     _set_subreaper()
     start = time.perf_counter()
+    # torch.utils.cpp_extension asks torch.cuda.is_available() at import (for CUDA_HOME), and the CUDA runtime's
+    # device count registers torch's fork poisoning: every forked child then refuses CUDA ("Cannot re-initialize
+    # CUDA in forked subprocess", H200). NVML's count does not (torch's own switch for this). The spares' own
+    # environment is theirs again after the fork (sandbox.enter_sandbox).
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     try:
         from cudaforge.engine.worker.entry import preload
 
@@ -309,6 +338,9 @@ def main(argv: list[str]) -> int:
 
         if torch.cuda.is_initialized():
             raise RuntimeError("CUDA was initialised during the imports: a forked child could not use it")
+        poisoned = _forked_child_refuses_cuda()
+        if poisoned:
+            raise RuntimeError(poisoned)
     except Exception as exc:
         _reply({"error": f"the zygote's imports failed: {type(exc).__name__}: {exc}"})
         return 1

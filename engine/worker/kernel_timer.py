@@ -172,7 +172,8 @@ def with_kernel_timer(timer: Any, run: Callable[[Callable[[], None] | None], R],
             out = run(kernel_timer.flush)
         # The device work is over (host_times synchronized after its last call): the exclusive hold goes
         # before CUPTI stops, since ending the session (Kineto collecting its records) is host work; it was
-        # 6.6 s of the H200 sweep's 86.9 s held alone (session 15).
+        # 6.6 s of the H200 sweep's 86.9 s held alone (session 15). The worker holds no GPU lock meanwhile
+        # (done() releases it): under a read hold it held waiting windows back instead.
         done()
     finally:
         with part("cupti_stop"), contextlib.suppress(Exception):

@@ -622,8 +622,10 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
             timer, lambda flush: timer.host_times({k: fns[k] for k in ("reference", "candidate")},
                                                   int(t["host_trials"]), hooks=PRECISION, flush=flush)
             if device.type == "cuda" else None,
-            # back to side-by-side work (the release syncs first) before the records are read
-            done=lambda: gpu_share.read(job.gpu_lock_path, "gpu_wait"), part=sub_phase)
+            # The device work is over: the GPU goes (the release syncs first) while CUPTI stops and its records
+            # are read, host work that holds no writer back; side-by-side work takes its read hold below.
+            done=gpu_share.release_hold, part=sub_phase)
+        gpu_share.read(job.gpu_lock_path, "gpu_wait")
     except CandidateFailure:
         raise
     except Exception as exc:
