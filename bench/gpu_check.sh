@@ -159,9 +159,10 @@ step() {
             local kind=engine; [ "$1" = tests-integrity ] && kind=integrity
             local xdist=()  # one line per test as it ends (-v): a step cut short still says which passed
             [ "$TEST_WORKERS" -gt 0 ] && "$PY" -c "import xdist" 2>/dev/null && xdist=(-n "$TEST_WORKERS")
+            wheels  # tests that drive a session (scripted replies through the real SDKs) need them
             # shellcheck disable=SC2046
-            run "$1.log" "$STEP_LIMIT" "$PY" -m pytest -v -p no:cacheprovider -m gpu -rfE --tb=short --durations=10 \
-                "${xdist[@]}" $(gpu_test_files $kind); rc=$?
+            run "$1.log" "$STEP_LIMIT" env PYTHONPATH="$WHEEL_PATH" "$PY" -m pytest -v -p no:cacheprovider -m gpu -rfE \
+                --tb=short --durations=10 "${xdist[@]}" $(gpu_test_files $kind); rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(pytest_line "$OUT/$1.log")" ;;
         examples)
             run examples.log "$((STEP_LIMIT - 30))" "$PY" bench/gpu_examples.py --formats nvrtc,inline \

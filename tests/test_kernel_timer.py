@@ -128,3 +128,53 @@ def test_gpu_side_stream_work_disagrees_or_fails(gpu_opts) -> None:
     assert {"timer_disagreement", "hidden_async_work"} & names(r), describe(r)
     assert r.timing is not None and r.timing.kernel_candidate is not None
     assert r.timing.kernel_candidate.median_ms > r.timing.candidate.median_ms, describe(r)
+
+
+def test_the_exclusive_hold_goes_before_cupti_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ending the profiler session and reading its records are host work: `done()` (where the worker lets the GPU
+    go) comes right after the host-timed calls, before the session stops; on an exception in the calls the
+    session still stops and `done()` is left to the caller's failure path. CUPTI itself needs a GPU: here the
+    session is a recorder of the order of the steps."""
+    from cudaforge.engine.worker import kernel_timer
+
+    order: list[str] = []
+
+    class Session:
+        note = ""
+
+        def __init__(self, timer: object) -> None:
+            self.flush = lambda: None
+
+        def start(self) -> None:
+            order.append("start")
+
+        def stop(self) -> None:
+            order.append("stop")
+
+        def busy(self, names: list[str]) -> dict[str, list[float]]:
+            order.append("read")
+            return {}
+
+    monkeypatch.setattr(kernel_timer, "KernelTimer", Session)
+
+    class Timer:
+        cuda = True
+        host_order: list[str] = []
+
+    def calls(flush: object) -> str:
+        order.append("calls")
+        return "out"
+
+    out, busy, note = kernel_timer.with_kernel_timer(Timer(), calls, done=lambda: order.append("done"))
+    assert (out, busy, note) == ("out", {}, "")
+    assert order == ["start", "calls", "done", "stop", "read"]
+
+    order.clear()
+
+    def failing(flush: object) -> str:
+        order.append("calls")
+        raise RuntimeError("the candidate failed")
+
+    with pytest.raises(RuntimeError):
+        kernel_timer.with_kernel_timer(Timer(), failing, done=lambda: order.append("done"))
+    assert order == ["start", "calls", "stop"]

@@ -27,6 +27,14 @@ def _coder(source: str) -> Any:
     return Reply(text=f"Here is the module.\n\n```python\n{source}```\n")
 
 
+def _judge_wrong() -> Any:
+    """The Judge's reply after a wrong result: the issue to repair (not an optimization)."""
+    from llm_server import Reply
+
+    return Reply(text=json.dumps({"critical_issue": "positive inputs are doubled", "why_it_matters": "wrong result",
+                                  "minimal_fix_hint": "return the value itself"}))
+
+
 def _judge() -> Any:
     from llm_server import Reply
 
@@ -38,7 +46,13 @@ def test_a_wrong_candidates_profile_is_cancelled_and_a_correct_ones_kept(tmp_pat
     if shutil.which("ncu") is None:
         pytest.skip("no ncu on PATH")
     from cudaforge.engine.config import load_config
-    from cudaforge.engine.session import CandidateEvaluated, ProfileReady, RoundFinished, create_session
+    from cudaforge.engine.session import (
+        CandidateEvaluated,
+        Notice,
+        ProfileReady,
+        RoundFinished,
+        create_session,
+    )
     from llm_server import ScriptedLLMServer
 
     correct = (EXAMPLES / "relu" / "nvrtc.py").read_text()
@@ -47,14 +61,18 @@ def test_a_wrong_candidates_profile_is_cancelled_and_a_correct_ones_kept(tmp_pat
     os.environ[KEY_ENV] = "scripted-not-a-key"
     seen: list[tuple[float, str, int]] = []
 
+    said: list[str] = []  # what the session said, for a failure's message
+
     def on_event(e: Any) -> None:
         if isinstance(e, (CandidateEvaluated, ProfileReady, RoundFinished)):
             seen.append((time.time(), type(e).__name__, e.round))
+        if isinstance(e, (RoundFinished, Notice)):
+            said.append(repr(e)[:400])
 
     llm = {"provider": "openai-compatible", "model": "scripted", "api_key_env": KEY_ENV, "timeout_s": 60.0,
            "max_retries": 0}
     # Round 1 wrong (a repair follows), round 2 correct.
-    script = [_coder(wrong), _judge(), _coder(correct), _judge()]
+    script = [_coder(wrong), _judge_wrong(), _coder(correct), _judge()]
     with ScriptedLLMServer(script) as server:
         flat: dict[str, Any] = {"eval.device": "cuda", "session.rounds": 2, "session.mode": "auto",
                                 "session.format": "nvrtc", "run.folder": str(tmp_path / "runs"),
@@ -66,7 +84,7 @@ def test_a_wrong_candidates_profile_is_cancelled_and_a_correct_ones_kept(tmp_pat
                                  on_event=on_event)
         asyncio.run(session.run())
     kinds = [(name, n) for _, name, n in seen]
-    assert ("CandidateEvaluated", 1) in kinds and ("CandidateEvaluated", 2) in kinds, kinds
+    assert ("CandidateEvaluated", 1) in kinds and ("CandidateEvaluated", 2) in kinds, (kinds, said)
     assert ("ProfileReady", 1) not in kinds, kinds  # the wrong candidate's profile: cancelled, never shown
     assert session.store.profile(1) is None
     assert ("ProfileReady", 2) in kinds, kinds
