@@ -15,7 +15,7 @@ Phases: spawn (process start, torch import, CUDA context; for a spare only what 
 hand-over and read-back), build (task load, candidate build, ModelNew init), correctness (every check
 beside timing: placing, the reference, trials, kernel check, probes, shapes, and the GPU-lock waits),
 timing, profile (what the profile adds after the evaluation: it starts beside it, as in a session round,
-so only its exclusive ncu replay and the rest of its run past the evaluation's end count; `profile_own`
+so only its exclusive ncu replay and the rest of its run past the evaluation's end count; `profile_own_s`
 in the JSON is its whole wall), total (eval wall + profile). "without profile" in the table is a round of its
 own per candidate (`eval_only_s`: a new nonce, the evaluation alone, no profile beside it); the naive
 pipeline's is its total less its profile. Each row's `spawn_parts` and
@@ -228,8 +228,7 @@ async def one_round(ev: Evaluator, prof: Profiler, task: Task, cand: Candidate, 
     profile_own = profiled_at[0] - t0
     await ev.settle()  # the evaluation's worker, exiting in the background meanwhile: how long it took
     row = phase_row(result, eval_wall, profile_wall)
-    row["profile_own"] = round(profile_own, 4)  # the profile's whole wall, begun with the evaluation
-    return {"outcome": result.outcome, "message": result.message, "profile_ok": profile.ok, "exit_s": ev.last_exit_s,
+    return {"outcome": result.outcome, "profile_own_s": round(profile_own, 4),  # its whole wall, begun with the evaluation "message": result.message, "profile_ok": profile.ok, "exit_s": ev.last_exit_s,
             "profile_error": profile.error_kind, "profile_message": profile.message[:200],
             "kernels_profiled": len(profile.kernels), "phases": row, "worker_phases": result.phases,
             "profile_worker_phases": profile.worker_phases, "spawn_parts": spawn_parts(result, eval_wall),
@@ -264,7 +263,7 @@ async def ours(tasks: list[str], fmt: str, options: EvalOptions, settings: NcuSe
         await ev.settle()
         row.update(task=name, format=fmt, pipeline="ours")
         print(f"ours  {fmt:6s} {name:14s} {row['outcome']:10s} total {row['phases']['total']:6.2f} s "
-              f"(profile adds {row['phases']['profile']:.2f} s, its own wall {row['phases']['profile_own']:.2f} s, "
+              f"(profile adds {row['phases']['profile']:.2f} s, its own wall {row['profile_own_s']:.2f} s, "
               f"ok={row['profile_ok']}) cached {row['cached_s']:.3f} s; without a profile {row['eval_only_s']:.2f} s",
               file=sys.stderr, flush=True)
         print(f"      eval phases {fmt_phases(row['worker_phases'])}\n      profile worker phases "

@@ -48,6 +48,7 @@ def test_a_wrong_candidates_profile_is_cancelled_and_a_correct_ones_kept(tmp_pat
     from cudaforge.engine.config import load_config
     from cudaforge.engine.session import (
         CandidateEvaluated,
+        CoderFailed,
         Notice,
         ProfileReady,
         RoundFinished,
@@ -66,7 +67,7 @@ def test_a_wrong_candidates_profile_is_cancelled_and_a_correct_ones_kept(tmp_pat
     def on_event(e: Any) -> None:
         if isinstance(e, (CandidateEvaluated, ProfileReady, RoundFinished)):
             seen.append((time.time(), type(e).__name__, e.round))
-        if isinstance(e, (RoundFinished, Notice)):
+        if isinstance(e, (RoundFinished, Notice, CoderFailed)):
             said.append(repr(e)[:400])
 
     llm = {"provider": "openai-compatible", "model": "scripted", "api_key_env": KEY_ENV, "timeout_s": 60.0,
@@ -84,7 +85,8 @@ def test_a_wrong_candidates_profile_is_cancelled_and_a_correct_ones_kept(tmp_pat
                                  on_event=on_event)
         asyncio.run(session.run())
     kinds = [(name, n) for _, name, n in seen]
-    assert ("CandidateEvaluated", 1) in kinds and ("CandidateEvaluated", 2) in kinds, (kinds, said)
+    asked = [(r.answered_with, r.system[:60]) for r in server.requests]  # which LLM calls the session made
+    assert ("CandidateEvaluated", 1) in kinds and ("CandidateEvaluated", 2) in kinds, (kinds, said, asked)
     assert ("ProfileReady", 1) not in kinds, kinds  # the wrong candidate's profile: cancelled, never shown
     assert session.store.profile(1) is None
     assert ("ProfileReady", 2) in kinds, kinds
