@@ -193,6 +193,14 @@ def test_the_switch_and_the_configuration_turn_it_off(monkeypatch: pytest.Monkey
     assert not zygote.enabled(False)
     from cudaforge.engine.config import load_config
 
+    def no_pidfds(pid: int) -> int:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setenv(zygote.ENV_SWITCH, "1")
+    monkeypatch.setattr(zygote, "_PIDFDS", [])
+    monkeypatch.setattr(os, "pidfd_open", no_pidfds)
+    assert not zygote.enabled(True)  # an old kernel: exec'd spares (the app watches a forked one by pidfd)
+    monkeypatch.delenv(zygote.ENV_SWITCH)
     cfg = load_config(None, {"eval.zygote": False}, use_user_config=False)
     assert EvalOptions.from_config(cfg).zygote is False
     assert EvalOptions.from_config(load_config(None, use_user_config=False)).zygote is True

@@ -175,7 +175,21 @@ def enabled(configured: bool = True) -> bool:
         return False
     if switch in ("1", "true", "yes", "on"):
         configured = True
-    return configured and sys.platform.startswith("linux") and hasattr(os, "pidfd_open")
+    return configured and sys.platform.startswith("linux") and _pidfds_work()
+
+
+def _pidfds_work() -> bool:
+    """Whether this kernel has pidfds (Linux 5.3+): the app watches a forked supervisor through one."""
+    if not _PIDFDS:
+        try:
+            os.close(os.pidfd_open(os.getpid()))
+            _PIDFDS.append(True)
+        except (AttributeError, OSError):
+            _PIDFDS.append(False)
+    return _PIDFDS[0]
+
+
+_PIDFDS: list[bool] = []
 
 
 MAX_ZYGOTES = 4  # evaluators with other options (a batch's sessions, say) each have one; the least recent goes
