@@ -198,6 +198,20 @@ class ForkedChild:
         return self.returncode
 
 
+def redirect_std(stdout_path: str | None, stderr_path: str) -> None:
+    """In a forked process: stdin from /dev/null, stdout to its file (None: /dev/null too), stderr to its file."""
+    opened = [os.open(os.devnull, os.O_RDWR)]
+    for path in (stdout_path, stderr_path):
+        if path is not None:
+            opened.append(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+    null, err = opened[0], opened[-1]
+    out = opened[1] if stdout_path is not None else null
+    for fd, target in ((null, 0), (out, 1), (err, 2)):
+        os.dup2(fd, target)
+    for fd in opened:
+        os.close(fd)
+
+
 def enter_sandbox(spec: SandboxSpec) -> None:
     """In a forked worker, before any of its own code runs: what Popen does for an exec'd one (a new session,
     the rlimits, stdin from /dev/null, stdout and stderr to their files, its cwd, its environment; TMPDIR is
@@ -206,12 +220,7 @@ def enter_sandbox(spec: SandboxSpec) -> None:
 
     os.setsid()
     _limits(spec)
-    null = os.open(os.devnull, os.O_RDONLY)
-    out = os.open(spec.stdout_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    err = os.open(spec.stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    for fd, target in ((null, 0), (out, 1), (err, 2)):
-        os.dup2(fd, target)
-        os.close(fd)
+    redirect_std(spec.stdout_path, spec.stderr_path)
     os.chdir(spec.cwd)
     os.environ.clear()
     os.environ.update(spec.env)
@@ -301,13 +310,21 @@ def _output_size(spec: SandboxSpec) -> int:
     return total
 
 
-def _supervisor_main(spec_path: str) -> int:
-    raw = json.loads(Path(spec_path).read_text())
-    spec = SandboxSpec(**raw)
-    outcome = supervise(spec)
+def read_spec(spec_path: str | os.PathLike[str]) -> SandboxSpec:
+    """The sandbox spec that start_sandboxed wrote."""
+    return SandboxSpec(**json.loads(Path(spec_path).read_text()))
+
+
+def supervise_and_report(spec: SandboxSpec, fork_worker: Callable[[SandboxSpec], int] | None = None) -> None:
+    """supervise(), then its outcome written where the caller reads it (renamed into place: never half a file)."""
+    outcome = supervise(spec, fork_worker)
     tmp = spec.outcome_path + ".tmp"
     Path(tmp).write_text(json.dumps(outcome.to_dict()))
     os.replace(tmp, spec.outcome_path)
+
+
+def _supervisor_main(spec_path: str) -> int:
+    supervise_and_report(read_spec(spec_path))
     return 0
 
 

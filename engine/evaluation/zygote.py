@@ -67,7 +67,6 @@ class Zygote:
         self.workdir = Path(tempfile.mkdtemp(prefix="cudaforge-zygote-"))
         self.marker = f"zygote-{uuid.uuid4().hex}"
         child_env = {**scrub_env(env), MARKER_VAR: self.marker, "TMPDIR": str(self.workdir), "PYTHONUNBUFFERED": "1"}
-        self.started = time.monotonic()
         self.info: dict[str, Any] | None = None  # its ready line: pid, import seconds
         self.error = ""  # why it cannot serve (then every spare is exec'd)
         self._buffer = b""
@@ -242,6 +241,16 @@ def _restore_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
+def _fork() -> int:
+    """os.fork() in the zygote, without Python's warning about its threads: numpy's BLAS pool thread stops
+    itself around a fork (pthread_atfork), and nothing else runs beside the zygote's main thread."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return os.fork()
+
+
 def _fork_worker(spec: Any) -> int:
     """In a supervisor: fork the worker, which enters the sandbox and runs the worker's command line."""
     pid = os.fork()
@@ -274,30 +283,17 @@ def _fork_worker(spec: Any) -> int:
 
 def _fork_supervisor(spec_path: str) -> int:
     """Fork a supervisor for one sandbox spec (the file start_sandboxed wrote); its pid."""
-    from cudaforge.engine.evaluation.sandbox import SandboxSpec, supervise
+    from cudaforge.engine.evaluation.sandbox import read_spec, redirect_std, supervise_and_report
 
-    spec = SandboxSpec(**json.loads(Path(spec_path).read_text()))
-    spec = replace(spec, parent_pid=os.getpid())  # its parent is this zygote, which goes when the app goes
-    import warnings
-
-    with warnings.catch_warnings():  # numpy's BLAS pool thread: it stops itself around a fork (pthread_atfork)
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
+    spec = replace(read_spec(spec_path), parent_pid=os.getpid())  # its parent: this zygote, gone with the app
+    pid = _fork()
     if pid:
         return pid
     try:
         os.setsid()
         _restore_signals()
-        null = os.open(os.devnull, os.O_RDWR)
-        err = os.open(Path(spec_path).parent / "supervisor.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        for fd, target in ((null, 0), (null, 1), (err, 2)):
-            os.dup2(fd, target)
-        os.close(null)
-        os.close(err)
-        outcome = supervise(spec, fork_worker=_fork_worker)
-        tmp = spec.outcome_path + ".tmp"
-        Path(tmp).write_text(json.dumps(outcome.to_dict()))
-        os.replace(tmp, spec.outcome_path)
+        redirect_std(None, str(Path(spec_path).parent / "supervisor.txt"))
+        supervise_and_report(spec, fork_worker=_fork_worker)
         code = 0
     except BaseException:
         import traceback
@@ -310,11 +306,7 @@ def _fork_supervisor(spec_path: str) -> int:
 def _forked_child_refuses_cuda() -> str:
     """Fork once and ask the child whether torch would refuse CUDA there (an import made a CUDA runtime call
     that registered torch's fork poisoning); "" when it would not, else why."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
+    pid = _fork()
     if pid == 0:
         code = 1
         with contextlib.suppress(BaseException):
@@ -345,9 +337,10 @@ def main(argv: list[str]) -> int:
     # environment is theirs again after the fork (sandbox.enter_sandbox).
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     try:
-        from cudaforge.engine.worker.entry import preload
+        from cudaforge.engine.worker.entry import preload, preload_counting
 
-        preload(device, counting=True)
+        preload(device)
+        preload_counting()
         import torch
 
         if torch.cuda.is_initialized():

@@ -178,13 +178,12 @@ def _warm_ncu(gpu: int) -> None:
     nvrtc.LAUNCH_COUNTS.pop(observe.NCU_WARM_KERNEL, None)
 
 
-def preload(device: str, counting: bool = True) -> None:
+def preload(device: str) -> None:
     """Import what a spare's job will need, and nothing that touches a GPU: torch, the evaluation code, the
     extension builder, psutil (the host-memory admission's: 0.17 s of a round's load_task), the profiler's
-    module (observe.device_profile's), with `counting` what the meta-device counts (footprint, FLOPs) of a job
-    without TaskCounts import (torch._dynamo), and on CUDA triton, when installed (a Triton round does not pay
-    for its import). A spare calls it before its GPU warm-up; the zygote (engine/evaluation/zygote.py) once,
-    before it forks any spare, so it must never initialise CUDA: a forked CUDA state is unusable."""
+    module (observe.device_profile's), and on CUDA triton, when installed (a Triton round does not pay for its
+    import). A spare calls it before its GPU warm-up; the zygote (engine/evaluation/zygote.py) once, before it
+    forks any spare, so it must never initialise CUDA: a forked CUDA state is unusable."""
     import torch  # noqa: F401
     import torch.utils.cpp_extension  # noqa: F401
     from cudaforge.engine import nvrtc, observe  # noqa: F401
@@ -193,12 +192,15 @@ def preload(device: str, counting: bool = True) -> None:
 
     with contextlib.suppress(ImportError):
         import psutil  # noqa: F401
-    if counting:
-        import torch._dynamo  # noqa: F401
     if device == "cuda":
         from cudaforge.engine.worker.triton_support import preload as preload_triton
 
         preload_triton()
+
+
+def preload_counting() -> None:
+    """What the meta-device counts (footprint, FLOPs) of a job without TaskCounts import: torch._dynamo."""
+    import torch._dynamo  # noqa: F401
 
 
 def run(args: list[str]) -> int:
@@ -241,10 +243,10 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
     with contextlib.suppress(Exception):  # a failure here shows up again, properly reported, in the job
         from cudaforge.engine import nvrtc, observe
 
-        preload(device, counting=False)
+        preload(device)
         step("import_s")
-        if warm_counting:  # the meta-device counts (footprint, FLOPs) a job without TaskCounts makes import it
-            preload(device, counting=True)
+        if warm_counting:
+            preload_counting()
             step("counting_s")
         if device == "cuda" and torch.cuda.is_available():
             with _gpu_lock(lock_path, job.exists):
