@@ -6,9 +6,12 @@ import os
 from pathlib import Path
 
 import cudaforge.tui  # noqa: F401 - first, before any test imports textual: the workbench's frame rate
+import leftover_processes
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+RUN_TOKEN = leftover_processes.mark_this_run()
+LEFT_BEHIND: list[tuple[str, leftover_processes.Leftover]] = []  # (module, process), for the summary
 
 
 def _has_cuda() -> bool:
@@ -30,6 +33,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_process_outlives_its_module(request: pytest.FixtureRequest):  # -> Iterator[None]
+    """After each module (its own fixtures torn down first): kill what it left running and name it in the
+    summary. A leak is then one module's finding, not a slow machine for every module after it."""
+    yield
+    for proc in leftover_processes.reap(RUN_TOKEN):
+        LEFT_BEHIND.append((request.node.nodeid, proc))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # noqa: ANN001
+    if LEFT_BEHIND:
+        terminalreporter.section("processes left running by a test module (killed)", yellow=True)
+        for module, proc in LEFT_BEHIND:
+            terminalreporter.line(f"{module}: pid {proc.pid}: {proc.command}")
 
 
 @pytest.fixture(scope="session")

@@ -48,6 +48,13 @@ def test_plain_install_runs_the_workbench(tmp_path: Path) -> None:
     if not runs:
         pytest.skip("examples/recorded holds no run folder")
     venv = tmp_path / "venv"
+    try:
+        _install_and_open(venv, tmp_path, runs[0])
+    finally:  # the venv holds a whole torch (about 1 GB): not left for the rest of the run
+        shutil.rmtree(venv, ignore_errors=True)
+
+
+def _install_and_open(venv: Path, tmp_path: Path, run: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
@@ -62,7 +69,7 @@ def test_plain_install_runs_the_workbench(tmp_path: Path) -> None:
     assert help_run.returncode == 0, help_run.stderr
     assert "usage: cudaforge-tui" in help_run.stdout
     run_copy = tmp_path / "run"
-    shutil.copytree(runs[0], run_copy)
+    shutil.copytree(run, run_copy)
     opened = subprocess.run([str(py), "-c", OPEN_THE_APP, str(run_copy)], capture_output=True, text=True,
                             timeout=300, env=env, cwd=tmp_path)
     assert opened.returncode == 0, opened.stderr[-3000:]

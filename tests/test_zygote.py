@@ -5,6 +5,7 @@ test runs a forked spare's CUDA evaluation)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -160,28 +161,65 @@ def test_closing_kills_the_spares_and_a_retired_zygote_lets_its_jobs_finish(cpu_
         asyncio.run(ev2.aclose())
 
 
-def test_the_zygote_and_its_spares_die_with_the_app(cpu_options, tmp_path: Path) -> None:
+@pytest.mark.parametrize("forked", [True, False], ids=["forked", "exec-d"])
+def test_the_zygote_and_its_spares_die_with_the_app_and_leave_no_folder(cpu_options, tmp_path: Path,
+                                                                        forked: bool) -> None:
     """The app exits without any clean-up (os._exit skips atexit): the zygote sees its parent gone and kills its
-    tree; each supervisor sees the zygote gone and kills its own."""
+    tree; each supervisor sees the zygote (or the app) gone and kills its own. No folder is left in the temp
+    folder: the zygote's, and each spare's job folder (removed by the zygote, or by an exec'd supervisor)."""
     script = tmp_path / "app.py"
     script.write_text(textwrap.dedent(f"""
         import json, os, sys, time
         from pathlib import Path
         sys.path.insert(0, {str(Path(__file__).parent)!r})
-        os.environ["{zygote.ENV_SWITCH}"] = "1"
+        os.environ["{zygote.ENV_SWITCH}"] = "{int(forked)}"
         from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
         from cudaforge.engine.evaluation import zygote
-        from test_zygote import _forked_spare
+        from test_zygote import _forked_spare, _wait
         ev = Evaluator(EvalOptions(device="cpu", cache_dir=Path({str(cpu_options.cache_dir)!r})))
-        ready = _forked_spare(ev)
-        zy = zygote.zygote_for(ev.options.python, "cpu", ev.worker_env())
-        print(json.dumps([zy.proc.pid, ev.spare.handle.proc.pid, ready["pid"]]), flush=True)
+        if {forked}:
+            ready = _forked_spare(ev)
+            zy = zygote.zygote_for(ev.options.python, "cpu", ev.worker_env())
+            pids, folders = [zy.proc.pid], [str(zy.workdir)]
+        else:
+            ev.prewarm()
+            assert _wait(lambda: ev.spare.ready() is not None, 120)
+            ready, pids, folders = ev.spare.ready(), [], []
+        pids += [ev.spare.handle.proc.pid, ready["pid"]]
+        folders.append(str(ev.spare.workdir))
+        print(json.dumps([pids, folders]), flush=True)
         os._exit(0)
     """))
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240, cwd=REPO)
     assert out.returncode == 0, out.stderr[-3000:]
-    pids = json.loads(out.stdout.strip().splitlines()[-1])
+    pids, folders = json.loads(out.stdout.strip().splitlines()[-1])
+    assert all(Path(f).name.startswith("cudaforge-") for f in folders) and len(folders) == 1 + forked
     assert _wait(lambda: not any(_alive(p) for p in pids), 15), [p for p in pids if _alive(p)]
+    assert _wait(lambda: not any(Path(f).exists() for f in folders), 5), [f for f in folders if Path(f).exists()]
+
+
+def test_a_zygote_that_does_not_answer_is_given_up_at_once_and_closed_off_the_callers_thread(
+        cpu_options, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A stopped zygote never answers a fork: the caller (the event loop, in the app) gets None after the reply
+    timeout, not after the up-to-20 s close, and the zygote is still closed, its marker swept."""
+    monkeypatch.setattr(zygote, "REPLY_TIMEOUT_S", 0.5)
+    zy = zygote.Zygote(cpu_options.python, "cpu", Evaluator(cpu_options).worker_env())
+    try:
+        assert _wait(lambda: zy.ready() or bool(zy.error), 120) and not zy.error, zy.error
+        os.kill(zy.proc.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        assert zy.fork(tmp_path / "never-read.json") is None
+        assert time.monotonic() - started < 2.0, "the fork waited for the close"
+        assert "no answer within 0.5 s" in zy.error
+        assert zy.alive()  # its close is under way in a thread: SIGTERM is pending on the stopped zygote
+        os.kill(zy.proc.pid, signal.SIGCONT)
+        assert _wait(lambda: not zy.alive(), 15), "the zygote was never closed"
+        assert _wait(lambda: not zy.workdir.exists(), 15)
+        zy.close()  # a second close (at exit) signals no reaped pid and returns at once
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(zy.proc.pid, signal.SIGCONT)
+        zy.close()
 
 
 def test_the_switch_and_the_configuration_turn_it_off(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -321,6 +322,16 @@ def supervise_and_report(spec: SandboxSpec, fork_worker: Callable[[SandboxSpec],
     tmp = spec.outcome_path + ".tmp"
     Path(tmp).write_text(json.dumps(outcome.to_dict()))
     os.replace(tmp, spec.outcome_path)
+    if fork_worker is None and spec.parent_pid and os.getppid() != spec.parent_pid:
+        remove_orphaned_job_folder(spec.cwd)  # the app died: nobody reads this job's folder (a zygote does its own)
+
+
+def remove_orphaned_job_folder(sandbox_dir: str) -> None:
+    """Remove the job folder (`cudaforge-<mode>-*`, the sandbox folder's parent) of an app that died, which
+    would otherwise stay in the temp folder for good."""
+    job = Path(sandbox_dir).parent
+    if job.name.startswith("cudaforge-") and Path(sandbox_dir).name == "sandbox":
+        shutil.rmtree(job, ignore_errors=True)
 
 
 def _supervisor_main(spec_path: str) -> int:

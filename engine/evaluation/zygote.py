@@ -37,6 +37,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -71,6 +72,7 @@ class Zygote:
         self.error = ""  # why it cannot serve (then every spare is exec'd)
         self._buffer = b""
         self._lock = threading.Lock()
+        self._close_lock = threading.Lock()
         with open(self.workdir / "zygote.err", "wb") as err:
             self.proc = subprocess.Popen([python, "-m", __name__, device], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=err, env=child_env, cwd=self.workdir,
@@ -131,7 +133,8 @@ class Zygote:
                 reply = {"error": f"the zygote's pipe failed: {exc}"}
             if reply is None or "pid" not in reply:
                 self.error = str((reply or {}).get("error") or f"no answer within {REPLY_TIMEOUT_S:g} s")
-                self.close()
+                self.retire()  # the caller may be the event loop: closing waits up to 20 s, so it goes off it
+                threading.Thread(target=self.close, name="cudaforge-zygote-close", daemon=True).start()
                 return None
             return int(reply["pid"])
 
@@ -142,22 +145,23 @@ class Zygote:
                 self.proc.stdin.close()
 
     def close(self) -> None:
-        """Stop it and everything forked from it now (it kills its tree on SIGTERM, then exits)."""
+        """Stop it and everything forked from it now (it kills its tree on SIGTERM, then exits). Safe to call
+        twice (a failed fork closes it in a thread, and exit closes every zygote): a reaped pid is never signalled."""
         self.retire()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(self.proc.pid, signal.SIGTERM)  # it kills its tree, then exits
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=15)
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=5)
+        with self._close_lock:
+            if self.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(self.proc.pid, signal.SIGTERM)  # it kills its tree, then exits
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=15)
+            if self.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=5)
         from cudaforge.engine.evaluation.sandbox import sweep_marker
 
         sweep_marker(self.marker)
-        import shutil
-
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
@@ -199,6 +203,9 @@ def zygote_for(python: str, device: str, env: Mapping[str, str]) -> Zygote:
     started in the background on first use; one that broke is replaced."""
     key = json.dumps([python, device, sorted(env.items())])
     with _REGISTRY_LOCK:
+        for ended in [z for z in _RETIRED if not z.alive()]:  # reaped (no zombie) and its folder gone
+            _RETIRED.remove(ended)
+            shutil.rmtree(ended.workdir, ignore_errors=True)
         current = _ZYGOTES.pop(key, None)
         if current is not None and (current.error or not current.alive()):
             current.retire()
@@ -325,7 +332,12 @@ def _forked_child_refuses_cuda() -> str:
 
 def main(argv: list[str]) -> int:
     """The zygote: import (never a GPU call), say ready, then fork a supervisor per request line."""
-    from cudaforge.engine.evaluation.sandbox import _children_of, _set_subreaper, _sweep_descendants
+    from cudaforge.engine.evaluation.sandbox import (
+        _children_of,
+        _set_subreaper,
+        _sweep_descendants,
+        remove_orphaned_job_folder,
+    )
 
     device = argv[0] if argv else "cuda"
     parent = os.getppid()
@@ -355,6 +367,7 @@ def main(argv: list[str]) -> int:
     stopping: list[int] = []
     signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
     supervisors: set[int] = set()
+    sandboxes: list[str] = []  # the sandbox folder of every spare forked: removed if the app dies
     buffer = b""
     last_scan = 0.0
     accepting = True  # until the app closes the pipe (retire): then it ends once its supervisors have
@@ -383,13 +396,20 @@ def main(argv: list[str]) -> int:
         while b"\n" in buffer:
             line, buffer = buffer.split(b"\n", 1)
             try:
-                pid = _fork_supervisor(str(json.loads(line)["spec"]))
+                spec_path = str(json.loads(line)["spec"])
+                pid = _fork_supervisor(spec_path)
             except Exception as exc:
                 _reply({"error": f"{type(exc).__name__}: {exc}"})
                 continue
             supervisors.add(pid)
+            sandboxes.append(str(Path(spec_path).parent))
             _reply({"pid": pid})
     _sweep_descendants()  # every supervisor, worker and what they started: this tree ends with the zygote
+    if os.getppid() != parent:  # the app died: nobody else removes its spares' folders or this one's
+        for sandbox_dir in sandboxes:
+            remove_orphaned_job_folder(sandbox_dir)
+        if Path.cwd().name.startswith("cudaforge-zygote-"):
+            shutil.rmtree(Path.cwd(), ignore_errors=True)
     return 0
 
 

@@ -1,0 +1,94 @@
+"""Processes a test module left running after it ended: found, named and killed, so that one module's leak
+(a Ray node, a killed driver's workers, a spare whose app died) cannot starve the modules after it on a
+2-core CI machine, and so that the run's summary says what leaked where.
+
+A process is this run's when its environment carries RUN_VAR's token (set by conftest before any test
+starts; the sandbox passes it on, as it is no credential). It is left over when it is not a descendant of
+the pytest process: its own parent is gone (it was re-parented) or it was started in a detached tree."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+RUN_VAR = "CUDAFORGE_TEST_RUN"
+GRACE_S = 3.0  # an orphan that is already on its way out (a zygote that saw its app go) is not a leak
+
+
+@dataclass(frozen=True)
+class Leftover:
+    pid: int
+    command: str
+
+
+def mark_this_run() -> str:
+    """Put this run's token in the environment every process started from now on inherits."""
+    token = os.environ.get(RUN_VAR) or f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    os.environ[RUN_VAR] = token
+    return token
+
+
+def _parents() -> dict[int, int]:
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[-1].split()
+            if fields[0] != "Z":  # a zombie is no longer running
+                parents[int(entry.name)] = int(fields[1])
+    return parents
+
+
+def _carries(pid: int, needle: bytes) -> bool:
+    try:
+        return needle in Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()[:160]
+    except OSError:
+        return "?"
+
+
+def find(token: str) -> list[Leftover]:
+    """This run's processes that are not the pytest process's descendants."""
+    if not Path("/proc/self/environ").exists():
+        return []
+    parents = _parents()
+    me = os.getpid()
+
+    def descends(pid: int) -> bool:
+        seen = 0
+        while pid > 1 and seen < 64:
+            if pid == me:
+                return True
+            pid, seen = parents.get(pid, 0), seen + 1
+        return False
+
+    needle = f"{RUN_VAR}={token}".encode() + b"\0"
+    return [Leftover(pid, _command(pid)) for pid in sorted(parents)
+            if pid != me and not descends(pid) and _carries(pid, needle)]
+
+
+def reap(token: str) -> list[Leftover]:
+    """Wait the grace for leftovers to end on their own, then kill the rest; what had to be killed."""
+    deadline = time.monotonic() + GRACE_S
+    left = find(token)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = find(token)
+    for proc in left:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(proc.pid, signal.SIGKILL)
+    return left
