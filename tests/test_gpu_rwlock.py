@@ -417,3 +417,55 @@ def test_the_host_reservation_grows_where_it_fits_and_resumes_the_phase(tmp_path
     finally:
         gpu_share._STATE["host_reservation"].release()
         gpu_share._STATE["host_reservation"] = None
+
+
+def test_the_tasks_own_construction_runs_without_the_hold_until_its_first_gpu_op(tmp_path: Path) -> None:
+    """gpu_share.off_the_gpu (the shape check's construction of the task's Model at its smaller sizes): the
+    read hold goes for the host part, so a writer waiting meanwhile runs its window then, not after the
+    build; the first op that touches the guarded device type takes the read hold back before it runs (the
+    meta device stands in for CUDA here); a write hold is never let go for it."""
+    import torch
+    from cudaforge.engine.worker import gpu_share
+
+    lock = tmp_path / "gpu0.lock"
+    seen: dict[str, object] = {}
+    builds = gpu_share._STATE["off_gpu_builds"]
+    try:
+        gpu_share.read(str(lock))
+        writer = Actor(lock, rwlock.WRITE, 0.3, tmp_path / "w.json")
+        writer.wait_for("asked")
+        _until(lambda: rwlock.writer_waiting(lock) and _flocks(lock, "WRITE", waiting=True) == 1)
+
+        def build() -> torch.Tensor:
+            seen["hold_while_building"] = gpu_share._STATE["hold"]
+            host = torch.nn.Linear(64, 64)  # host work under the mode: no hold taken for it
+            seen["after_host_op"] = gpu_share._STATE["hold"]
+            rec = writer.wait_for("released")  # the waiting window ran during the build
+            seen["window"] = rec
+            on_device = torch.empty(4, device="meta") + host.bias.detach().to("meta")[:4]
+            seen["hold_at_device_op"] = gpu_share._STATE["hold"]
+            seen["back"] = time.monotonic_ns()
+            return on_device
+
+        seen["called"] = time.monotonic_ns()  # the writer was still waiting behind the read hold
+        out = gpu_share.off_the_gpu(build, gpu_type="meta")
+        writer.finish()
+        assert out.device.type == "meta"
+        assert seen["hold_while_building"] is None and seen["after_host_op"] is None
+        window = seen["window"]
+        assert seen["called"] <= window["acquired"] and window["synced"] <= seen["back"], (seen, window)
+        hold = seen["hold_at_device_op"]
+        assert hold is not None and hold.held and hold.kind == rwlock.READ, "the device op ran without the hold"
+        assert gpu_share._STATE["hold"] is hold and gpu_share.seconds()["gpu_off_builds"] == builds + 1
+
+        before = gpu_share._STATE["off_gpu_builds"]
+        assert gpu_share.off_the_gpu(lambda: 7, gpu_type="meta") == 7  # no device op: the hold is back anyway
+        assert gpu_share._STATE["hold"].held and gpu_share._STATE["hold"].kind == rwlock.READ
+        assert gpu_share._STATE["off_gpu_builds"] == before + 1
+
+        gpu_share.write(str(lock))
+        window_hold = gpu_share._STATE["hold"]
+        assert gpu_share.off_the_gpu(lambda: gpu_share._STATE["hold"], gpu_type="meta") is window_hold
+    finally:
+        gpu_share.release_all()
+    assert gpu_share.off_the_gpu(lambda: "no lock", gpu_type="meta") == "no lock"  # the CPU device: no hold

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from cudaforge.engine.gpu import rwlock
 from cudaforge.engine.worker.harness import current_phase, current_step, phase
 
 _STATE: dict[str, Any] = {"hold": None, "reservation": None, "host_reservation": None, "shared_s": 0.0,
-                          "exclusive_s": 0.0, "since": 0.0, "yields": 0, "paused": 0}
-HOLD_TOTALS = ("gpu_exclusive", "gpu_shared", "gpu_yields", "gpu_window_pauses")  # seconds()' keys: no steps
+                          "exclusive_s": 0.0, "since": 0.0, "yields": 0, "paused": 0,
+                         "off_gpu_builds": 0}
+HOLD_TOTALS = ("gpu_exclusive", "gpu_shared", "gpu_yields", "gpu_window_pauses", "gpu_off_builds")  # seconds()' keys: no steps
+T = TypeVar("T")
 GROW_TIMEOUT_S = 30.0  # two evaluations that each wait to grow beside the other would wait for ever
 BUDGET_TTL_S = 1.0  # the card's budget is re-read at most this often while a reservation waits
 rwlock.STEP_LABEL[0] = current_step  # the lock log (rwlock.LOG_ENV) names the step that took or dropped a hold
@@ -67,6 +70,52 @@ def yield_to_writers() -> None:
     release_hold()
     read(lock_path, "gpu_wait")
     _STATE["yields"] += 1
+
+
+def off_the_gpu(build: Callable[[], T], gpu_type: str = "cuda") -> T:
+    """Run `build` (host work of trusted code: the task's own Model constructed at the shape check's sizes)
+    with the read hold let go, so a timed window waiting elsewhere need not wait for it; the hold is taken
+    back before the first torch op that touches the GPU (a dispatch mode watches every op, factories' device
+    arguments included) and in any case before this returns. Level3/2_ShallowWideMLP's Model took 14.7 s
+    to construct at the smaller sizes (on the CPU here, one thread), all of it under a read hold before.
+    Not for the candidate: its constructor may launch kernels that no torch op shows (a driver-API launch)."""
+    from cudaforge.engine.gpu.rwlock import READ
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    hold = _STATE["hold"]
+    if hold is None or not hold.held or hold.kind != READ:
+        return build()
+    lock_path = hold.lock_path
+    release_hold()
+
+    class HoldAtTheFirstGpuOp(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            if _STATE["hold"] is None and _touches(gpu_type, args, kwargs):
+                read(lock_path, "gpu_wait")
+            return func(*args, **kwargs)
+
+    try:
+        with HoldAtTheFirstGpuOp():
+            return build()
+    finally:
+        read(lock_path, "gpu_wait")  # no-op where the first GPU op took it already
+        _STATE["off_gpu_builds"] += 1
+
+
+def _touches(gpu_type: str, args: Any, kwargs: dict[str, Any]) -> bool:
+    """Whether an op's arguments include a tensor on, or a device of, the GPU's type."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    for leaf in tree_leaves((args, kwargs)):
+        if isinstance(leaf, torch.Tensor) and leaf.device.type == gpu_type:
+            return True
+        if isinstance(leaf, torch.device) and leaf.type == gpu_type:
+            return True
+        if isinstance(leaf, str) and leaf.split(":", 1)[0] == gpu_type:
+            return True
+    return False
 
 
 def write(lock_path: str | None, wait_phase: str = "timing_wait") -> None:
@@ -236,7 +285,8 @@ def seconds() -> dict[str, float]:
     """Seconds this worker held the GPU side by side (`gpu_shared`) and alone (`gpu_exclusive`) so far, the
     current hold included; empty when it never held it (the CPU device)."""
     totals = {"gpu_shared": _STATE["shared_s"], "gpu_exclusive": _STATE["exclusive_s"],
-              "gpu_yields": float(_STATE["yields"]), "gpu_window_pauses": float(_STATE["paused"])}
+              "gpu_yields": float(_STATE["yields"]), "gpu_window_pauses": float(_STATE["paused"]),
+              "gpu_off_builds": float(_STATE["off_gpu_builds"])}
     hold = _STATE["hold"]
     if hold is not None and hold.held:
         totals["gpu_exclusive" if hold.kind == "write" else "gpu_shared"] += time.monotonic() - _STATE["since"]
