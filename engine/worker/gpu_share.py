@@ -73,12 +73,13 @@ def yield_to_writers() -> None:
 
 
 def off_the_gpu(build: Callable[[], T], gpu_type: str = "cuda") -> T:
-    """Run `build` (host work of trusted code: the task's own Model constructed at the shape check's sizes)
-    with the read hold let go, so a timed window waiting elsewhere need not wait for it; the hold is taken
-    back before the first torch op that touches the GPU (a dispatch mode watches every op, factories' device
-    arguments included) and in any case before this returns. Level3/2_ShallowWideMLP's Model took 14.7 s
-    to construct at the smaller sizes (on the CPU here, one thread), all of it under a read hold before.
-    Not for the candidate: its constructor may launch kernels that no torch op shows (a driver-API launch)."""
+    """Run `build` (host work: a model constructed at the shape check's sizes) with the read hold let go, so a
+    timed window waiting elsewhere need not wait for it; the hold is taken back before the first torch op
+    that touches the GPU (a dispatch mode watches every op, factories' device arguments included) and in any
+    case before this returns. Level3/2_ShallowWideMLP's Model took 14.7 s to construct at the smaller sizes
+    (on the CPU here, one thread), all of it under a read hold before. A candidate's kernel launched through
+    the driver API shows no torch op: as in its full-size import and constructor, which run before the
+    worker's first hold, such a launch is not held back (it cannot change its own evaluation's timing)."""
     from cudaforge.engine.gpu.rwlock import READ
     from torch.utils._python_dispatch import TorchDispatchMode
 

@@ -758,10 +758,11 @@ def shape_check(job: EvalJob, task: Any, init: list[Any], model: Any, model_new:
         # peaked at 12.07 GiB in this check with two copies (H200, 2026-12-03); their fingerprints are checked
         # after the candidate's call as at full size.
         share=lambda reference, candidate: shared_weights.share(reference, candidate, float_dtype),
-        # The task's Model at the smaller sizes is built on the host without the read hold (14.7 s for
-        # level3/2_ShallowWideMLP here, one CPU thread): the shape check was the longest sole holder of the
-        # H200 sweep's drains (23.6 s, session 16). Its first GPU op takes the hold back.
-        build_reference=lambda build: gpu_share.off_the_gpu(build, device.type))
+        # Both models at the smaller sizes are built on the host without the read hold (level3/2_ShallowWideMLP:
+        # 14.7 s each here, one CPU thread): the shape check was the longest sole holder of the H200 sweep's
+        # drains (23.6 s, session 16). The first GPU op takes the hold back. The candidate's full-size import
+        # and constructor already run before its first hold (builds side by side): no new exposure.
+        build_model=lambda build: gpu_share.off_the_gpu(build, device.type))
 
 
 def _evict(*models: Any) -> None:
