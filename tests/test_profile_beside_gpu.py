@@ -72,9 +72,18 @@ def test_a_wrong_candidates_profile_is_cancelled_and_a_correct_ones_kept(tmp_pat
 
     llm = {"provider": "openai-compatible", "model": "scripted", "api_key_env": KEY_ENV, "timeout_s": 60.0,
            "max_retries": 0}
-    # Round 1 wrong (a repair follows), round 2 correct.
-    script = [_coder(wrong), _judge_wrong(), _coder(correct), _judge()]
-    with ScriptedLLMServer(script) as server:
+    # Round 1 wrong (a repair follows), round 2 correct. Each reply is chosen by the request it answers (the
+    # Judge's repair or optimization prompt, the Coder's first call or a later one), not by its place in a
+    # list: a call the session adds or retries cannot shift the Coder's code into the Judge's turn.
+    coder_calls = [0]
+
+    def answer(req: Any) -> Any:
+        if "You are the Judge" in req.system:
+            return _judge_wrong() if "critical_issue" in req.system + req.last_user_text else _judge()
+        coder_calls[0] += 1
+        return _coder(wrong if coder_calls[0] == 1 else correct)
+
+    with ScriptedLLMServer([answer] * 8) as server:
         flat: dict[str, Any] = {"eval.device": "cuda", "session.rounds": 2, "session.mode": "auto",
                                 "session.format": "nvrtc", "run.folder": str(tmp_path / "runs"),
                                 "run.cache_dir": str(tmp_path / "cache"), "budget.dollars": 10.0,
