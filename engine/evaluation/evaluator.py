@@ -9,7 +9,6 @@ import os
 import secrets
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -32,6 +31,7 @@ from cudaforge.engine.evaluation.sandbox import (
     wait_sandboxed,
 )
 from cudaforge.engine.evaluation.spare import DEFAULT_IDLE_S, Spare, SparePool, start_spare
+from cudaforge.engine.evaluation.workdirs import make_workdir
 from cudaforge.engine.evaluation.zygote import enabled as zygote_enabled
 from cudaforge.engine.gpu.lock import foreign_gpu_processes, gpu_lock_path
 from cudaforge.engine.integrity.registry import apply_policy, finding
@@ -365,7 +365,7 @@ class Evaluator:
         """Write the candidate and the worker's spec into `workdir` (a new temp dir by default)."""
         self.options.cache_dir.mkdir(parents=True, exist_ok=True)
         if workdir is None:
-            workdir = Path(tempfile.mkdtemp(prefix=f"cudaforge-{mode}-"))
+            workdir = make_workdir(mode)
         cand_path = workdir / "candidate.py"
         cand_path.write_text(candidate.source, encoding="utf-8")
         spec_path = workdir / "worker.json"

@@ -613,9 +613,16 @@ class BackgroundReap:
 
 @atexit.register
 def _kill_reaping_at_exit() -> None:
-    for reap in list(_REAPING):
+    """At exit, the workers still exiting after their reports are killed, and their reaps' clean-ups (the
+    job folders) run before the interpreter goes: left to the daemon threads, they never ran, and each
+    evaluation an app made just before it exited left its folder in the temp folder."""
+    reaps = list(_REAPING)
+    for reap in reaps:
         with contextlib.suppress(Exception):
             kill_sandboxed(reap.handle)
+    deadline = time.monotonic() + 5.0
+    for reap in reaps:
+        reap.join(max(0.0, deadline - time.monotonic()))
 
 
 def _read_outcome(handle: SandboxHandle) -> ProcessOutcome:

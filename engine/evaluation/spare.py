@@ -35,7 +35,6 @@ import atexit
 import contextlib
 import json
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ from typing import Any
 
 from cudaforge.engine.config import GPU_WAIT_S
 from cudaforge.engine.evaluation.sandbox import SandboxHandle, kill_sandboxed, start_sandboxed
+from cudaforge.engine.evaluation.workdirs import make_workdir
 from cudaforge.engine.fsutil import atomic_write_json
 from cudaforge.engine.gpu.lock import gpu_lock_path
 
@@ -99,7 +99,7 @@ def start_spare(*, key: str, prefix: Sequence[str], python: str, device: str, gp
     also loads what counting a task in the worker needs (torch._dynamo), for jobs that bring no TaskCounts.
     `forked`: fork it from the zygote for these options (engine/evaluation/zygote.py) once that has imported
     everything, else (and under a prefix such as ncu, which must start the process) start Python for it."""
-    workdir = Path(tempfile.mkdtemp(prefix=f"cudaforge-{label}-"))
+    workdir = make_workdir(label)
     argv = [*prefix, python, "-m", "cudaforge.engine.worker", "--spare", str(workdir), device, str(gpu)]
     if device == "cuda":
         # The warm-up's GPU part (context creation) is a reader of the per-GPU lock: a context

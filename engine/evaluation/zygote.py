@@ -41,7 +41,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -51,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaforge.engine.evaluation.sandbox import scrub_env
+from cudaforge.engine.evaluation.workdirs import make_workdir
 from cudaforge.engine.gpu.lock import MARKER_VAR
 
 WORKER_MODULE = "cudaforge.engine.worker"
@@ -65,7 +65,7 @@ class Zygote:
     """One started fork server for one (python, device, environment); see the module docstring."""
 
     def __init__(self, python: str, device: str, env: Mapping[str, str]) -> None:
-        self.workdir = Path(tempfile.mkdtemp(prefix="cudaforge-zygote-"))
+        self.workdir = make_workdir("zygote")
         self.marker = f"zygote-{uuid.uuid4().hex}"
         child_env = {**scrub_env(env), MARKER_VAR: self.marker, "TMPDIR": str(self.workdir), "PYTHONUNBUFFERED": "1"}
         self.info: dict[str, Any] | None = None  # its ready line: pid, import seconds
