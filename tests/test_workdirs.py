@@ -18,6 +18,7 @@ def test_folders_of_a_killed_app_are_swept_and_live_or_foreign_ones_are_not(tmp_
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr("tempfile.tempdir", None)  # re-read TMPDIR
+    monkeypatch.setattr(workdirs, "_SWEPT", [True])  # this process's own background sweep would race the test's
     app = subprocess.Popen(
         [sys.executable, "-c", "import sys, time\nfrom cudaforge.engine.evaluation.workdirs import make_workdir\n"
                                "print(make_workdir('evaluate'), make_workdir('zygote'), flush=True)\ntime.sleep(60)"],
