@@ -96,11 +96,20 @@ async def engine_runs_parallel(tasks: list[str], repeats: int, options: EvalOpti
     return out
 
 
+def _us(stats: Any) -> float | None:
+    return stats.median_ms * 1e3 if stats is not None else None
+
+
 def _row(r: Any, wall_s: float) -> dict[str, Any]:
+    """One evaluation: its event medians, and beside them CUPTI's busy time and the host-synchronized time of
+    the calls timed after the window, which say whether a slow run's kernels ran slower or the host launched
+    them late (session 16's gelu outlier: its candidate's events 54 % slower in one run, its reference not)."""
     t = r.timing
     return {"outcome": r.outcome, "speedup": t.speedup if t else None,
-            "ref_us": t.reference.median_ms * 1e3 if t else None,
-            "cand_us": t.candidate.median_ms * 1e3 if t else None,
+            "ref_us": _us(t.reference) if t else None, "cand_us": _us(t.candidate) if t else None,
+            "ref_busy_us": _us(t.kernel_reference) if t else None, "cand_busy_us": _us(t.kernel_candidate) if t else None,
+            "ref_host_us": _us(t.host_reference) if t else None, "cand_host_us": _us(t.host_candidate) if t else None,
+            "measurements": t.measurements if t else None,
             "findings": [f"{f.severity}:{f.name}" for f in r.findings], "wall_s": wall_s}
 
 
@@ -159,6 +168,9 @@ def summarize(engine: dict[str, list[dict[str, Any]]], bench: dict[str, dict[str
             "time_spread": spread, "speedup_spread": max(speedups) / min(speedups), "spread_gated": gated,
             "spread_ok": (spread <= SPREAD) if gated else None, "runs": len(ok),
             "findings": sorted({f for r in ok for f in r["findings"]}),
+            # the run whose candidate timed slowest, with what the other clocks said of it
+            "slowest_run": {k: max(ok, key=lambda r: r["cand_us"]).get(k) for k in
+                            ("cand_us", "cand_busy_us", "cand_host_us", "ref_us", "ref_busy_us", "measurements")},
         })
     return rows
 
@@ -178,6 +190,16 @@ def table(rows: list[dict[str, Any]]) -> str:
         out.append(f"| {r['task']} | {r['engine_speedup']:.3f}× | {db.get('speedup', 0):.3f}× | {agree} | "
                    f"{r['engine_cand_us']:.1f} | {db.get('cand_us', 0):.1f} | {spread} | "
                    f"{(r['speedup_spread'] - 1) * 100:.1f} % | {gate} |")
+    slow = [r for r in rows if "error" not in r and r["spread_gated"] and not r["spread_ok"]]
+    for r in slow:  # a missed spread: events against CUPTI's busy time in the slowest run
+        w = r["slowest_run"]
+
+        def us(v: Any) -> str:
+            return f"{v:.1f}" if isinstance(v, (int, float)) else "-"
+
+        out.append(f"\n{r['task']}, slowest run: candidate events {us(w['cand_us'])} µs, CUPTI busy "
+                   f"{us(w['cand_busy_us'])} µs, host-synchronized {us(w['cand_host_us'])} µs; reference events "
+                   f"{us(w['ref_us'])} µs, busy {us(w['ref_busy_us'])} µs; windows measured {w['measurements']}")
     return "\n".join(out)
 
 
