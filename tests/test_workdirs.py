@@ -100,3 +100,18 @@ asyncio.run(main())  # no aclose: what is still running goes at exit
             break
         time.sleep(0.1)
     assert left == []
+
+
+def test_a_folder_kept_on_request_is_never_swept(tmp_path: Path) -> None:
+    """`cudaforge eval --keep` leaves the worker's folder for the person to read: it has no owner any more, so
+    no later app's sweep takes it."""
+    tasks = Path(__file__).parent / "core_tasks"
+    env = {**os.environ, "TMPDIR": str(tmp_path), "CUDAFORGE_ZYGOTE": "0"}
+    out = subprocess.run([sys.executable, "-m", "cudaforge.engine.cli", "eval", str(tasks / "task.py"),
+                          str(tasks / "correct.py"), "--device", "cpu", "--keep"],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    kept = [p for p in tmp_path.iterdir() if p.name.startswith("cudaforge-evaluate-")]
+    assert len(kept) == 1 and (kept[0] / "result.json").is_file(), [p.name for p in tmp_path.iterdir()]
+    assert not (kept[0] / workdirs.OWNER_FILE).exists()
+    assert workdirs.sweep_orphaned(tmp_path) == [] and kept[0].is_dir()

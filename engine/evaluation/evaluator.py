@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import secrets
-import shutil
 import sys
 import time
 from collections.abc import Mapping
@@ -18,7 +17,7 @@ from typing import Any
 from cudaforge.engine.candidate import Candidate
 from cudaforge.engine.config import GPU_WAIT_S, Config, default, defaults
 from cudaforge.engine.evaluation import progress as eval_progress
-from cudaforge.engine.evaluation import result_cache
+from cudaforge.engine.evaluation import result_cache, workdirs
 from cudaforge.engine.evaluation.sandbox import (
     EXIT_GRACE_S,
     BackgroundReap,
@@ -457,8 +456,7 @@ class Evaluator:
         """Remove the work folder once the worker is gone: now, or (a worker that reported and is still
         exiting) when its background reap is done."""
         def remove() -> None:
-            if not self.keep_workdirs:
-                shutil.rmtree(workdir, ignore_errors=True)
+            workdirs.finish(workdir, keep=self.keep_workdirs)
 
         reap = handle.reap if handle is not None else None
         if reap is None:

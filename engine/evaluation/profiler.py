@@ -11,14 +11,13 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
 
 from cudaforge.engine.candidate import Candidate
 from cudaforge.engine.config import GPU_WAIT_S
-from cudaforge.engine.evaluation import result_cache
+from cudaforge.engine.evaluation import result_cache, workdirs
 from cudaforge.engine.evaluation.evaluator import Evaluator, progress_file, with_app_parts
 from cudaforge.engine.evaluation.sandbox import start_sandboxed, wait_sandboxed
 from cudaforge.engine.evaluation.spare import Spare, SparePool, start_spare
@@ -179,8 +178,7 @@ class Profiler:
         finally:
             if spare is not None:
                 spare.forget()
-            if not self.evaluator.keep_workdirs:
-                shutil.rmtree(workdir, ignore_errors=True)
+            workdirs.finish(workdir, keep=self.evaluator.keep_workdirs)
 
 
 _PLACEHOLDER = ("__target__",)  # where the worker's command goes in a spare's ncu command line

@@ -31,6 +31,15 @@ def make_workdir(label: str) -> Path:
     return workdir
 
 
+def finish(workdir: Path, keep: bool) -> None:
+    """A job is over: remove its folder, or (`--keep`) leave it for the person to read, no longer ours to
+    sweep (its owner file goes, so the next app's sweep never takes what was kept on purpose)."""
+    if keep:
+        (workdir / OWNER_FILE).unlink(missing_ok=True)
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 def _sweep_once() -> None:
     with _SWEEP_LOCK:
         if _SWEPT:
