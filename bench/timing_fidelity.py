@@ -175,6 +175,11 @@ def summarize(engine: dict[str, list[dict[str, Any]]], bench: dict[str, dict[str
     return rows
 
 
+def us(value: Any) -> str:
+    """Microseconds to one decimal, "-" where a clock had no figure."""
+    return f"{value:.1f}" if isinstance(value, (int, float)) else "-"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     out = ["| task | engine speedup (median of 5) | do_bench speedup | agree | engine cand µs | do_bench cand µs | "
            "time spread max/min | speedup spread | gated |",
@@ -193,10 +198,6 @@ def table(rows: list[dict[str, Any]]) -> str:
     slow = [r for r in rows if "error" not in r and r["spread_gated"] and not r["spread_ok"]]
     for r in slow:  # a missed spread: events against CUPTI's busy time in the slowest run
         w = r["slowest_run"]
-
-        def us(v: Any) -> str:
-            return f"{v:.1f}" if isinstance(v, (int, float)) else "-"
-
         out.append(f"\n{r['task']}, slowest run: candidate events {us(w['cand_us'])} µs, CUPTI busy "
                    f"{us(w['cand_busy_us'])} µs, host-synchronized {us(w['cand_host_us'])} µs; reference events "
                    f"{us(w['ref_us'])} µs, busy {us(w['ref_busy_us'])} µs; windows measured {w['measurements']}")

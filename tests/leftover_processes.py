@@ -33,23 +33,10 @@ def mark_this_run() -> str:
     return token
 
 
-def _parents() -> dict[int, int]:
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[-1].split()
-            if fields[0] != "Z":  # a zombie is no longer running
-                parents[int(entry.name)] = int(fields[1])
-    return parents
-
-
-def _carries(pid: int, needle: bytes) -> bool:
+def _carries(pid: int, entry: bytes) -> bool:
+    """Whether `pid`'s environment holds exactly this entry (a zombie's reads empty: never)."""
     try:
-        return needle in Path(f"/proc/{pid}/environ").read_bytes()
+        return entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
         return False
 
@@ -62,23 +49,18 @@ def _command(pid: int) -> str:
 
 
 def find(token: str) -> list[Leftover]:
-    """This run's processes that are not the pytest process's descendants."""
+    """This run's processes that are not the pytest process's descendants (those carrying the token are
+    listed first, then the descendants: a child started in between is in neither list, not a leftover)."""
     if not Path("/proc/self/environ").exists():
         return []
-    parents = _parents()
+    from cudaforge.engine.evaluation.sandbox import _descendants
+
+    entry = f"{RUN_VAR}={token}".encode()
     me = os.getpid()
-
-    def descends(pid: int) -> bool:
-        seen = 0
-        while pid > 1 and seen < 64:
-            if pid == me:
-                return True
-            pid, seen = parents.get(pid, 0), seen + 1
-        return False
-
-    needle = f"{RUN_VAR}={token}".encode() + b"\0"
-    return [Leftover(pid, _command(pid)) for pid in sorted(parents)
-            if pid != me and not descends(pid) and _carries(pid, needle)]
+    carriers = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and int(p.name) != me
+                and _carries(int(p.name), entry)]
+    ours = set(_descendants(me))
+    return [Leftover(pid, _command(pid)) for pid in sorted(carriers) if pid not in ours]
 
 
 def reap(token: str) -> list[Leftover]:

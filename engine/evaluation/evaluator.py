@@ -30,7 +30,6 @@ from cudaforge.engine.evaluation.sandbox import (
     wait_sandboxed,
 )
 from cudaforge.engine.evaluation.spare import DEFAULT_IDLE_S, Spare, SparePool, start_spare
-from cudaforge.engine.evaluation.workdirs import make_workdir
 from cudaforge.engine.evaluation.zygote import enabled as zygote_enabled
 from cudaforge.engine.gpu.lock import foreign_gpu_processes, gpu_lock_path
 from cudaforge.engine.integrity.registry import apply_policy, finding
@@ -364,7 +363,7 @@ class Evaluator:
         """Write the candidate and the worker's spec into `workdir` (a new temp dir by default)."""
         self.options.cache_dir.mkdir(parents=True, exist_ok=True)
         if workdir is None:
-            workdir = make_workdir(mode)
+            workdir = workdirs.make_workdir(mode)
         cand_path = workdir / "candidate.py"
         cand_path.write_text(candidate.source, encoding="utf-8")
         spec_path = workdir / "worker.json"

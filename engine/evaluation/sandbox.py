@@ -23,7 +23,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import sys
 import threading
@@ -34,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cudaforge.engine.evaluation.workdirs import remove_job_folder_of_dead_app
 from cudaforge.engine.gpu.lock import MARKER_VAR
 
 _SECRET = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE_KEY|_AUTH)", re.I)
@@ -323,15 +323,8 @@ def supervise_and_report(spec: SandboxSpec, fork_worker: Callable[[SandboxSpec],
     Path(tmp).write_text(json.dumps(outcome.to_dict()))
     os.replace(tmp, spec.outcome_path)
     if fork_worker is None and spec.parent_pid and os.getppid() != spec.parent_pid:
-        remove_orphaned_job_folder(spec.cwd)  # the app died: nobody reads this job's folder (a zygote does its own)
-
-
-def remove_orphaned_job_folder(sandbox_dir: str) -> None:
-    """Remove the job folder (`cudaforge-<mode>-*`, the sandbox folder's parent) of an app that died, which
-    would otherwise stay in the temp folder for good."""
-    job = Path(sandbox_dir).parent
-    if job.name.startswith("cudaforge-") and Path(sandbox_dir).name == "sandbox":
-        shutil.rmtree(job, ignore_errors=True)
+        # the app died: nobody reads this job's folder (a zygote removes those of the jobs it forked)
+        remove_job_folder_of_dead_app(spec.cwd)
 
 
 def _supervisor_main(spec_path: str) -> int:

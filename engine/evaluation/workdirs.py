@@ -26,9 +26,28 @@ _SWEEP_LOCK = threading.Lock()
 def make_workdir(label: str) -> Path:
     """A new folder `cudaforge-<label>-*` in the temp folder, owned by this process."""
     workdir = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{label}-"))
-    (workdir / OWNER_FILE).write_text(f"{os.getpid()} {process_start(os.getpid())}\n")
+    (workdir / OWNER_FILE).write_text(_owner())
     _sweep_once()
     return workdir
+
+
+def _owner() -> str:
+    """This process's owner line (read from /proc once per process; a fork has its own pid, so its own line)."""
+    pid = os.getpid()
+    if _OWNER.get("pid") != pid:
+        _OWNER.update(pid=pid, line=f"{pid} {process_start(pid)}\n")
+    return str(_OWNER["line"])
+
+
+_OWNER: dict[str, object] = {}
+
+
+def remove_job_folder_of_dead_app(sandbox_dir: str) -> None:
+    """Remove a job's folder (the sandbox folder's parent, `cudaforge-<mode>-*`) once its app died: what an
+    exec'd supervisor and a zygote do for the jobs they ran, without waiting for the next app's sweep."""
+    job = Path(sandbox_dir).parent
+    if job.name.startswith(PREFIX) and Path(sandbox_dir).name == "sandbox":
+        shutil.rmtree(job, ignore_errors=True)
 
 
 def finish(workdir: Path, keep: bool) -> None:

@@ -332,12 +332,8 @@ def _forked_child_refuses_cuda() -> str:
 
 def main(argv: list[str]) -> int:
     """The zygote: import (never a GPU call), say ready, then fork a supervisor per request line."""
-    from cudaforge.engine.evaluation.sandbox import (
-        _children_of,
-        _set_subreaper,
-        _sweep_descendants,
-        remove_orphaned_job_folder,
-    )
+    from cudaforge.engine.evaluation.sandbox import _children_of, _set_subreaper, _sweep_descendants
+    from cudaforge.engine.evaluation.workdirs import PREFIX, remove_job_folder_of_dead_app
 
     device = argv[0] if argv else "cuda"
     parent = os.getppid()
@@ -407,8 +403,8 @@ def main(argv: list[str]) -> int:
     _sweep_descendants()  # every supervisor, worker and what they started: this tree ends with the zygote
     if os.getppid() != parent:  # the app died: nobody else removes its spares' folders or this one's
         for sandbox_dir in sandboxes:
-            remove_orphaned_job_folder(sandbox_dir)
-        if Path.cwd().name.startswith("cudaforge-zygote-"):
+            remove_job_folder_of_dead_app(sandbox_dir)
+        if Path.cwd().name.startswith(f"{PREFIX}zygote-"):
             shutil.rmtree(Path.cwd(), ignore_errors=True)
     return 0
 
