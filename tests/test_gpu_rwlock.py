@@ -233,21 +233,30 @@ def test_a_reader_yields_to_a_waiting_writer_at_a_step_boundary(tmp_path: Path) 
         gpu_share.release_all()
 
 
-def test_a_real_worker_times_only_once_other_holders_are_gone(tmp_path: Path) -> None:
-    """The worker pipeline itself (CPU device, the CI task), given a GPU lock path: its timed window waits
-    for another process's read hold to end (phase timing_wait), and it records that it held the lock alone."""
+def _worker_job(tmp_path: Path, lock: Path, options: object = None, task_path: Path | None = None,
+                candidate_path: Path | None = None) -> tuple[Path, Path, dict]:
+    """A real worker's job (default: CPU device, the CI task, the correct candidate) given the GPU lock
+    `lock`: (its folder, its spec file, the spec), to run with `python -m cudaforge.engine.worker SPEC` there."""
     from cudaforge.engine.candidate import load_candidate
     from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
     from cudaforge.engine.task import load_task
 
     core = Path(__file__).parent / "core_tasks"
-    lock, go = tmp_path / "gpu0.lock", tmp_path / "go"
-    ev = Evaluator(EvalOptions(device="cpu", cache_dir=tmp_path / "cache", result_cache=False))
-    workdir, _, spec_path = ev.prepare(load_task(core / "task.py"), load_candidate(core / "correct.py"))
+    ev = Evaluator(options or EvalOptions(device="cpu", cache_dir=tmp_path / "cache", result_cache=False))
+    workdir, _, spec_path = ev.prepare(load_task(task_path or core / "task.py"),
+                                       load_candidate(candidate_path or core / "correct.py"))
     spec = json.loads(spec_path.read_text())
     spec["gpu_lock_path"] = str(lock)
     spec_path.write_text(json.dumps(spec))
     (workdir / "sandbox").mkdir(exist_ok=True)  # the sandbox's folder (run here without the supervisor)
+    return workdir, spec_path, spec
+
+
+def test_a_real_worker_times_only_once_other_holders_are_gone(tmp_path: Path) -> None:
+    """The worker pipeline itself (CPU device, the CI task), given a GPU lock path: its timed window waits
+    for another process's read hold to end (phase timing_wait), and it records that it held the lock alone."""
+    lock, go = tmp_path / "gpu0.lock", tmp_path / "go"
+    workdir, spec_path, spec = _worker_job(tmp_path, lock)
     other = Actor(lock, "read", 0.0, tmp_path / "r.json", "--until", str(go))
     other.wait_for("acquired")
     worker = subprocess.Popen([sys.executable, "-m", "cudaforge.engine.worker", str(spec_path)], cwd=workdir)
@@ -274,6 +283,44 @@ def test_a_real_worker_times_only_once_other_holders_are_gone(tmp_path: Path) ->
     assert result["outcome"] == "ok", result.get("message")
     assert result["phases"]["timing_wait"] >= 0.5 and result["phases"]["gpu_exclusive"] > 0
     assert reader["synced"] < time.monotonic_ns()
+
+
+def _logged_worker(tmp_path: Path, *job: object) -> tuple[dict, list[tuple[str, str, str]]]:
+    """Run a real worker (_worker_job's arguments after the lock) with a lock log (rwlock.LOG_ENV): its
+    result, once it is "ok", and its own lines of the log, (event, kind, step) in order."""
+    lock, log = tmp_path / "gpu0.lock", tmp_path / "lock.log"
+    workdir, spec_path, _ = _worker_job(tmp_path, lock, *job)
+    worker = subprocess.Popen([sys.executable, "-m", "cudaforge.engine.worker", str(spec_path)], cwd=workdir,
+                              env={**os.environ, rwlock.LOG_ENV: str(log)})
+    assert worker.wait(600) == 0
+    result = json.loads((workdir / "result.json").read_text())
+    shutil.rmtree(workdir, ignore_errors=True)
+    assert result["outcome"] == "ok", result.get("message")
+    rows = [line.split() for line in log.read_text().splitlines()]
+    return result, [(event, kind, step) for _, pid, event, kind, step in rows if int(pid) == worker.pid]
+
+
+def test_a_finished_evaluation_lets_the_gpu_go_before_it_makes_its_report(tmp_path: Path) -> None:
+    """A real worker (CPU device; after its timed window it holds the lock as a reader through the shape check)
+    drops its last hold at "done", before the report is made, the memory freed and the process ended: a
+    window waiting meanwhile waits for none of that (the lock log, CUDAFORGE_LOCK_LOG, in step order)."""
+    result, mine = _logged_worker(tmp_path)
+    assert ("got", rwlock.WRITE, "timing.events") in mine or ("got", rwlock.WRITE, "timing_wait") in mine, mine
+    assert mine[-1] == ("drop", rwlock.READ, "done.release"), mine[-4:]
+    assert "done.release" in result["phases"]
+
+
+@pytest.mark.gpu
+def test_the_kernel_check_and_the_end_hold_no_gpu_for_host_work(tmp_path: Path, gpu_options: object) -> None:
+    """A real evaluation on the GPU (the relu example, nvrtc): the kernel check lets its read hold go once its
+    profiled call is over and takes it back after the profiler's records are read (the stop and the reading
+    are host work), and the evaluation's last drop comes at "done", before its report."""
+    examples = Path(__file__).parent.parent / "examples" / "relu"
+    result, mine = _logged_worker(tmp_path, gpu_options, examples / "task.py", examples / "nvrtc.py")
+    k = mine.index(("drop", rwlock.READ, "kernels"))
+    assert mine[k + 1] == ("want", rwlock.READ, "gpu_wait"), mine[k:k + 3]
+    assert result["phases"]["kernels.cupti_stop"] >= 0 and "kernels.cupti_read" in result["phases"]
+    assert mine[-1] == ("drop", rwlock.READ, "done.release"), mine[-4:]
 
 
 def test_a_reservation_grows_only_where_it_fits_beside_the_others(tmp_path: Path) -> None:

@@ -61,6 +61,8 @@ def main(argv: list[str]) -> int:
             report.outcome, report.message = "runtime_error", f"{type(exc).__name__}: {exc}"
         report.traceback = traceback.format_exc()
     phase("done")
+    if job.mode != "profile":
+        _let_the_gpu_go()
     if tracing:
         peak_trace.write()
     with contextlib.suppress(Exception):
@@ -86,12 +88,25 @@ def main(argv: list[str]) -> int:
     _exit(job.mode)
 
 
+def _let_the_gpu_go() -> None:
+    """The evaluation's GPU work is over: its hold goes now (after a device sync), before the report is made
+    and the memory freed. Both are host work and the driver's (no kernel of ours), as the process's own exit
+    is. Held until the exit, a finished evaluation was the last reader 42 timed windows waited for in the H200
+    sweep (38 s of their waits; session 16's lock log). The memory reservation stays until the memory is freed (_exit)."""
+    from cudaforge.engine.worker.harness import sub_phase
+
+    with contextlib.suppress(Exception), sub_phase("release"):
+        from cudaforge.engine.worker import gpu_share
+
+        gpu_share.release_hold()
+
+
 def _exit(mode: str) -> None:
     """Leave the GPU and end the process at once, skipping interpreter teardown (candidate extensions or
     CUDA state may hang or crash in destructors).
 
-    An evaluation frees its device memory before it lets the GPU lock and its memory reservation go (else they
-    go at exit). A profile exits straight away: ncu prints its report only once this process is gone, so every
+    An evaluation frees its device memory before its memory reservation goes (else both go at exit); its GPU
+    hold went at "done" (_let_the_gpu_go). A profile exits straight away: ncu prints its report only once this process is gone, so every
     step here is on the round's path, and the exit itself does what release_gpu would (after the final
     synchronize of the profiled range no device work is queued): the kernel drops this process's flocks (the
     GPU turn) with its open files, the driver frees its memory with them, and its memory reservation counts

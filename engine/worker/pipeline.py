@@ -467,16 +467,25 @@ def check_custom_code(job: EvalJob, recorder: BuildRecorder, model_new: Any, dra
         # cuda_kernel_totals leaves it out of the kernel list).
         marker, marked = torch.zeros(1, device=device), torch.empty(1, device=device)
         torch.cuda.synchronize(device)
-        with observe.device_profile() as prof:
+        with contextlib.ExitStack() as stopping, observe.device_profile() as prof:
             marked.copy_(marker)
             torch.cuda.current_stream(device).synchronize()
             _run_candidate(model_new, inputs, device, check_weights=False)
-        check_shared_weights("ModelNew.forward")  # outside the profile: its sums are not the candidate's
+            # The device work is over (the call synchronized): the read hold goes before the session stops,
+            # and comes back once its records are read, as around the timed window's CUPTI session
+            # (kernel_timer.with_kernel_timer): both are host work, and under the hold a timed window waiting
+            # elsewhere waited for them (the kernel check was the last holder for 11 s of the H200 sweep's
+            # windows' waits, session 16).
+            gpu_share.release_hold()
+            stopping.enter_context(sub_phase("cupti_stop"))
         del inputs, marker, marked
-        with contextlib.suppress(Exception):  # unreadable records: the static warning alone gates the check
-            stream_use = streams.off_stream_work(activities_of(prof))
+        with sub_phase("cupti_read"):
+            with contextlib.suppress(Exception):  # unreadable records: the static warning alone gates the check
+                stream_use = streams.off_stream_work(activities_of(prof))
+            totals = runtime_checks.cuda_kernel_totals(prof)
+        gpu_share.read(job.gpu_lock_path, "gpu_wait")
+        check_shared_weights("ModelNew.forward")  # outside the profile: its sums are not the candidate's
         custom_names = _candidate_kernel_names(Path(job.candidate_path).read_text())
-        totals = runtime_checks.cuda_kernel_totals(prof)
         grand = sum(v[1] for v in totals.values()) or 1.0
         for name, (count, us) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
             custom = any(c in name for c in custom_names)
@@ -919,9 +928,10 @@ def _grow_host(job: EvalJob, mem: dict[str, Any], extra: int) -> None:
 
 
 def release_gpu() -> None:
-    """Free this worker's device memory, then let the GPU lock and the memory reservation go. Memory the
-    candidate still holds (a module-level cache) goes with the process: the reservation then stays until
-    the worker exits (a dead process's reservation is dropped)."""
+    """Free this worker's device memory, then let the GPU lock (where still held: an evaluation lets it go
+    at "done") and the memory reservation go. Memory the candidate still holds (a module-level cache) goes
+    with the process: the reservation then stays until the worker exits (a dead process's reservation is
+    dropped)."""
     memory.release(full=True)
     if memory.held_bytes() > memory.SLACK_BYTES // 4:
         gpu_share.release_hold()
