@@ -26,6 +26,7 @@ import json
 import re
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -205,6 +206,8 @@ def summarize(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
         for k, v in (r.get("phases") or {}).items():
             phase_totals[k] = round(phase_totals.get(k, 0.0) + v, 3)
     return {"levels": levels, "problems": len(rows), "wall_s": round(wall_s, 1), "phase_totals": phase_totals,
+            "handed_ahead": sum(1 for r in rows if r.get("handed_ahead")),
+            "memory_wait_s": round(sum((r.get("phases") or {}).get("memory_wait", 0.0) for r in rows), 1),
             "evaluations_per_minute": round(len(rows) / wall_s * 60, 2) if wall_s > 0 else None}
 
 
@@ -220,10 +223,65 @@ def format_summary(summary: dict[str, Any]) -> str:
                      f"{lv['shared_s']:8.1f}")
     lines.append(f"{summary['problems']} problems in {summary['wall_s']:.1f} s wall: "
                  f"{summary['evaluations_per_minute']} evaluations/minute")
+    if summary.get("memory_wait_s") or summary.get("handed_ahead"):
+        lines.append(f"waiting for memory: {summary.get('memory_wait_s', 0.0):.1f} s summed; "
+                     f"{summary.get('handed_ahead', 0)} problems went ahead of a larger one that did not fit then")
     totals = sorted((summary.get("phase_totals") or {}).items(), key=lambda kv: -kv[1])
     if totals:  # where the workers' seconds went, summed over all problems (under the GPU lock or not)
         lines.append("phase seconds, all problems: " + ", ".join(f"{k} {v:.1f}" for k, v in totals[:12]))
     return "\n".join(lines)
+
+
+class ProblemQueue:
+    """The problems in their sweep order (longest first), each handed to the next free slot: the first one
+    whose memory estimate fits what our evaluations have not reserved yet, among the next `lookahead`, else
+    the first. Longest first put the largest level-1 problems side by side at the start, and three of them
+    waited 28-38 s for memory while their slots did nothing (memory_wait 171 s summed, H200 session 16).
+
+    `estimate_of(path)` is the problem's reservation where it is counted already (None: unknown, it fits);
+    `budget` the bytes our evaluations may reserve together (None: no memory to mind, the CPU device). A
+    problem handed out counts its estimate until `done(path)`, since its worker reserves only after its
+    build; `take(reserved_now)` also counts what the GPU's ledger holds (grown reservations included)."""
+
+    def __init__(self, paths: list[Path], estimate_of: Callable[[Path], int | None], budget: int | None,
+                 lookahead: int = 16) -> None:
+        self.paths, self.estimate_of, self.budget, self.lookahead = list(paths), estimate_of, budget, lookahead
+        self.in_flight: dict[Path, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def take(self, reserved_now: int = 0) -> tuple[Path, int] | None:
+        """The next problem and how many it was handed out ahead of (0: in its turn); None when none is left."""
+        if not self.paths:
+            return None
+        pick = 0
+        if self.budget is not None:
+            free = self.budget - max(sum(self.in_flight.values()), reserved_now)
+            for k, path in enumerate(self.paths[:self.lookahead]):
+                need = self.estimate_of(path)
+                if need is None or need <= free:
+                    pick = k
+                    break
+        path = self.paths.pop(pick)
+        self.in_flight[path] = self.estimate_of(path) or 0
+        return path, pick
+
+    def done(self, path: Path) -> None:
+        self.in_flight.pop(path, None)
+
+
+async def memory_budget(options: Any, jobs: int, spares_per_slot: int) -> int | None:
+    """What our evaluations may reserve together on the card (None off CUDA, or where nvidia-smi cannot say):
+    its free memory now less a CUDA context for each of our processes to come (every slot's worker and
+    spares), as the workers' own budget counts them (pipeline._budget)."""
+    if options.device != "cuda":
+        return None
+    from cudaforge.engine.evaluation.fit import card_free_bytes
+    from cudaforge.engine.worker.pipeline import CONTEXT_BYTES
+
+    free = await asyncio.to_thread(card_free_bytes, options.gpu)
+    return None if free is None else free - CONTEXT_BYTES * jobs * (1 + spares_per_slot)
 
 
 async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | None, quiet: bool = False,
@@ -244,17 +302,27 @@ async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | No
     from cudaforge.engine.candidate import Candidate
     from cudaforge.engine.evaluation.evaluator import Evaluator
     from cudaforge.engine.evaluation.fit import TaskCounter
+    from cudaforge.engine.gpu.ledger import reserved_bytes
+    from cudaforge.engine.gpu.lock import gpu_lock_path
     from cudaforge.engine.task import load_task
+    from cudaforge.engine.worker.memory import estimate_bytes
 
     counter = None
     if count_ahead:
         counter = TaskCounter(python=options.python, precision=options.precision,
                               seed=options.seed if options.seed is not None else 42)
         counter.ahead(list(paths))
+    cap = int(options.gpu_memory_gb * GIB) if options.gpu_memory_gb else None
 
-    queue: asyncio.Queue[Path] = asyncio.Queue()
-    for p in paths:
-        queue.put_nowait(p)
+    def estimate_of(path: Path) -> int | None:
+        counts = counter.counted(path) if counter is not None else None
+        if counts is None or "footprint_bytes" not in counts.footprint:
+            return None
+        need = estimate_bytes(int(counts.footprint["footprint_bytes"]), cap)
+        return min(need, cap) if cap else need
+
+    queue = ProblemQueue(paths, estimate_of, await memory_budget(options, jobs, spares_per_slot))
+    lock_path = gpu_lock_path(options.gpu) if queue.budget is not None else None
     rows: list[dict[str, Any]] = []
     out = rows_path.open("a", encoding="utf-8") if rows_path else None
 
@@ -268,8 +336,13 @@ async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | No
             evaluator.expect_task_counts()
         evaluator.prewarm()
         try:
-            while not queue.empty() and not gave_up():
-                path = queue.get_nowait()
+            while queue and not gave_up():
+                # the GPU's ledger is read off the event loop; the queue itself only on it
+                held = await asyncio.to_thread(reserved_bytes, lock_path) if lock_path is not None else 0
+                taken = queue.take(held)
+                if taken is None:
+                    break
+                path, ahead = taken
                 start = time.perf_counter()
                 counts_wait = 0.0
                 try:
@@ -288,7 +361,9 @@ async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | No
                     row = row_of(path, result, time.perf_counter() - start)
                 except Exception as exc:  # one problem must not end the sweep
                     row = failed_row(path, f"{type(exc).__name__}: {exc}", time.perf_counter() - start)
+                queue.done(path)
                 row["counts_wait_s"] = round(counts_wait, 3)  # waiting for the counter (count_ahead)
+                row["handed_ahead"] = ahead  # problems it went before: they did not fit in memory then
                 rows.append(row)
                 if not quiet:
                     print(format_row(row), flush=True)

@@ -254,6 +254,36 @@ def test_cpu_sweep_of_the_20_fastest_problems_judges_every_one_correct(cpu_optio
         # needs, and the worker took the counts (its footprint estimate is there without counting itself).
         assert "spare_counting" not in r["phases"] and r["counts_wait_s"] >= 0, (r["problem"], r["phases"])
     assert summary["phase_totals"]["correctness"] > 0
+    assert summary["handed_ahead"] == 0  # the CPU device has no card memory to plan for: the sweep's order
+
+
+def test_the_sweep_hands_a_slot_a_problem_that_fits_before_one_that_would_wait_for_memory(tmp_path: Path) -> None:
+    """ProblemQueue: the next problem in order unless its estimate does not fit beside what is in flight (or
+    what the ledger holds, whichever is more); then the first of the next ones that fits, and where none
+    does, the next in order anyway (it waits for memory in its worker). An uncounted problem fits."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import kernelbench_sweep as sweep
+    finally:
+        sys.path.pop(0)
+    gib = sweep.GIB
+    paths = [tmp_path / "level1" / f"{k}_p.py" for k in range(1, 7)]
+    need = {paths[0]: 20 * gib, paths[1]: 20 * gib, paths[2]: 20 * gib, paths[3]: 4 * gib, paths[4]: None,
+            paths[5]: 30 * gib}
+    queue = sweep.ProblemQueue(paths, need.get, budget=50 * gib)
+    assert queue.take() == (paths[0], 0) and queue.take() == (paths[1], 0)
+    assert queue.take() == (paths[3], 1)  # 20 GiB more would not fit beside 40: the 4 GiB one goes first
+    assert queue.take() == (paths[4], 1)  # not counted yet: it fits
+    assert queue.take() == (paths[2], 0)  # none of the rest fits beside 44 GiB: the next in order anyway
+    for path in paths[:5]:
+        queue.done(path)
+    assert queue.take(reserved_now=35 * gib) == (paths[5], 0) and queue.take() is None and len(queue) == 0
+    # What the ledger holds counts where it is more than the estimates in flight (a grown reservation).
+    grown = sweep.ProblemQueue([paths[5], paths[3]], need.get, budget=50 * gib)
+    assert grown.take(reserved_now=25 * gib) == (paths[3], 1)
+    # No budget (the CPU device): always the order.
+    plain = sweep.ProblemQueue(paths, need.get, budget=None)
+    assert [plain.take() for _ in paths] == [(p, 0) for p in paths]
 
 
 @pytest.mark.gpu

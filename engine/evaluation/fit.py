@@ -172,6 +172,15 @@ class TaskCounter:
         await event.wait()
         return task_counts(self._results[key], self.precision)
 
+    def counted(self, path: str | Path) -> TaskCounts | None:
+        """The counts of `path` where they are ready now, never waiting (None: not counted yet, or not
+        countable): what a scheduler can plan with before it commits to a task."""
+        key = str(path)
+        event = self._done.get(key)
+        if event is None or not event.is_set() or key not in self._results:
+            return None
+        return task_counts(self._results[key], self.precision)
+
     async def _stop(self) -> None:
         """End the subprocess: its stdin closed, it exits after the task it counts (killed after 10 s)."""
         proc = self._proc
