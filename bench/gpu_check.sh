@@ -68,7 +68,8 @@ sol|4|gpu|How far is each result from the speed of light: bench/speed_of_light.p
 host-copy|1|gpu|How fast is a 2 GiB device-to-host copy into new memory, a reused buffer and a page-locked one: bench/host_copy_bench.py
 peak-trace|2|gpu,kernelbench|Which tensors make one problem's peak (TRACE_PROBLEM, level1/97 by default): cudaforge eval with the allocator's history, bench/peak_trace.py
 ncu-cost|2|gpu|What each ncu metric set costs the round's profile (passes, the worker's profile phase): bench/ncu_cost.py
-event-gap|1|gpu|Where the CUDA events and CUPTI's kernel time part on a short kernel (gelu): bench/event_gap.py"
+event-gap|1|gpu|Where the CUDA events and CUPTI's kernel time part on a short kernel (gelu): bench/event_gap.py
+disturbance|2|gpu|Which of another process's steps (context creation, cudaFree, page-locking, a CUPTI session, copies, host load) change a timed window's kernel times: bench/window_disturbance.py"
 
 list_steps() {
     printf '%-16s %-4s %-24s %s\n' step min needs "question"
@@ -256,6 +257,9 @@ step() {
         event-gap)
             run event_gap.log "$STEP_LIMIT" "$PY" bench/event_gap.py --json "$OUT/event_gap.json"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 '^| window | candidate' "$OUT/event_gap.log" | cut -c1-90)" ;;
+        disturbance)
+            run disturbance.log "$STEP_LIMIT" "$PY" bench/window_disturbance.py --json "$OUT/window_disturbance.json"; rc=$?
+            printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 '^| context' "$OUT/disturbance.log" | cut -c1-90)" ;;
         host-copy)
             run host_copy.log "$STEP_LIMIT" "$PY" bench/host_copy_bench.py --gib 2 --json "$OUT/host_copy.json"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/host_copy.log")" ;;

@@ -1,0 +1,277 @@
+"""What does other processes' work do to a timed window? The evidence for what must hold the GPU lock.
+
+A timed window (engine/worker/timing.py) holds the GPU alone; everything else of ours runs side by side as
+a reader, and host work holds nothing (docs/ARCHITECTURE.md, "Sharing the GPU"). Whether a step needs a hold
+is a question of fact: does it change another process's kernel times? This times the gelu example's
+reference and nvrtc candidate the way the window does (256e6-byte flush, start event, call, end event, back
+to back, interleaved) while another process does one thing over and over:
+
+- idle: nothing (measured first and last: the drift between the two is the noise floor);
+- kernel: tiny kernels in its own context, synchronized each time (the positive control: work the lock
+  keeps out of windows);
+- context: creates and destroys a CUDA context (the driver API's primary context, a 1 MiB allocation in it),
+  as a spare's warm-up does once;
+- alloc: allocates 2 GiB and gives it back to the driver (cudaMalloc / cudaFree: a worker's memory release);
+- pin: page-locks and unlocks 1 GiB of host memory (cudaHostRegister / Unregister: the host buffers' trim);
+- profiler: starts and stops a CUPTI session with no kernels (the kernel check's and the timer's stop);
+- copy: 256 MiB device-to-host copies into page-locked memory (a reader's host copies);
+- cpu: one busy Python loop per core (a loaded host: does the candidate's launch path, longer than the
+  reference's, fall behind the flush that covers it? session 16's gelu outlier: its events 54 % slower in
+  one run of eight started at once, its reference's not).
+
+Per condition: each side's median and p90 event time, their ratios to idle's, the share of calls over 1.1x
+idle's median, and how many times the disturber did its thing during the window.
+
+    python bench/window_disturbance.py [--calls 2000] [--only context,alloc] [--json OUT]
+    python bench/window_disturbance.py --disturb ACTION --stop FILE --count FILE   # one disturber (internal)
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+FLUSH_BYTES = 256_000_000
+ACTIONS = ("kernel", "context", "alloc", "pin", "profiler", "copy", "cpu")
+SLOW = 1.10  # a call over this multiple of idle's median counts as disturbed
+
+
+def _driver_context_loop() -> Callable[[], None]:
+    """One primary context created, used (1 MiB allocated and freed) and destroyed per call, driver API."""
+    cuda = ctypes.CDLL("libcuda.so.1")
+    if cuda.cuInit(0) != 0:
+        raise RuntimeError("cuInit failed")
+    dev = ctypes.c_int()
+    cuda.cuDeviceGet(ctypes.byref(dev), 0)
+
+    def once() -> None:
+        ctx, ptr = ctypes.c_void_p(), ctypes.c_uint64()
+        if cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) != 0:
+            raise RuntimeError("cuDevicePrimaryCtxRetain failed")
+        cuda.cuCtxSetCurrent(ctx)
+        cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(1 << 20))
+        cuda.cuMemFree_v2(ptr)
+        cuda.cuCtxSetCurrent(None)
+        cuda.cuDevicePrimaryCtxRelease_v2(dev)  # the last reference: the context is destroyed
+
+    return once
+
+
+def _torch_loop(action: str) -> Callable[[], None]:
+    import torch
+
+    dev = torch.device("cuda", 0)
+    torch.zeros(1, device=dev)  # this process's own context, made before "ready"
+    torch.cuda.synchronize()
+    if action == "kernel":
+        x = torch.zeros(1, device=dev)
+        return lambda: (x.add_(1), torch.cuda.synchronize())  # type: ignore[func-returns-value]
+    if action == "alloc":
+        def alloc() -> None:
+            t = torch.empty(2 << 30, dtype=torch.uint8, device=dev)
+            del t
+            torch.cuda.empty_cache()
+        return alloc
+    if action == "pin":
+        buf = torch.empty(1 << 30, dtype=torch.uint8)
+        buf.fill_(1)  # the pages exist before they are locked
+        cudart = torch.cuda.cudart()
+
+        def pin() -> None:
+            cudart.cudaHostRegister(buf.data_ptr(), buf.numel(), 0)
+            cudart.cudaHostUnregister(buf.data_ptr())
+        return pin
+    if action == "profiler":
+        from cudaforge.engine.observe import device_profile
+
+        def session() -> None:
+            with device_profile():
+                pass
+        return session
+    if action == "copy":
+        src = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+        dst = torch.empty(256 << 20, dtype=torch.uint8, pin_memory=True)
+        return lambda: (dst.copy_(src), torch.cuda.synchronize())  # type: ignore[func-returns-value]
+    raise ValueError(f"unknown action {action!r}")
+
+
+def disturb(action: str, stop: Path, count: Path) -> int:
+    """The disturber's loop: print "ready", repeat `action` until `stop` exists, write how often to `count`."""
+    if action == "cpu":
+        def once() -> None:
+            sum(range(10_000))
+    elif action == "context":
+        once = _driver_context_loop()
+    else:
+        once = _torch_loop(action)
+    print("ready", flush=True)
+    n = 0
+    while not stop.exists():
+        once()
+        n += 1
+    count.write_text(str(n))
+    return 0
+
+
+class Disturbers:
+    """`processes` disturber subprocesses doing `action` while the window is timed (a context manager)."""
+
+    def __init__(self, action: str, processes: int = 1) -> None:
+        self.action, self.processes = action, processes
+        self.folder = Path(tempfile.mkdtemp(prefix="cudaforge-disturb-"))
+        self.procs: list[subprocess.Popen[str]] = []
+        self.counts = 0
+
+    def __enter__(self) -> Disturbers:
+        stop = self.folder / "stop"
+        for k in range(self.processes):
+            self.procs.append(subprocess.Popen(
+                [sys.executable, __file__, "--disturb", self.action, "--stop", str(stop),
+                 "--count", str(self.folder / f"count{k}")], stdout=subprocess.PIPE, text=True))
+        for proc in self.procs:
+            line = proc.stdout.readline() if proc.stdout else ""
+            if line.strip() != "ready":
+                self._end()
+                raise RuntimeError(f"disturber {self.action!r} did not start (exit {proc.poll()})")
+        time.sleep(0.2)  # its loop is running
+        return self
+
+    def _end(self) -> None:
+        (self.folder / "stop").touch()
+        for proc in self.procs:
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for f in self.folder.glob("count*"):
+            self.counts += int(f.read_text() or 0)
+            f.unlink()
+        (self.folder / "stop").unlink(missing_ok=True)
+        self.folder.rmdir()
+
+    def __exit__(self, *exc: object) -> None:
+        self._end()
+
+
+def window(sides: dict[str, Callable[[], Any]], flush: Any, calls: int) -> dict[str, list[float]]:
+    """The timed window's way: flush, start event, call, end event, no synchronize in between; the sides
+    interleaved (their order flipped every round). Samples in ms."""
+    import torch
+
+    names = list(sides)
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(calls * len(names))]
+    for _ in range(20):  # warm, and clocks up
+        for n in names:
+            flush.zero_()
+            sides[n]()
+    torch.cuda.synchronize()
+    order: list[str] = []
+    for i in range(calls):
+        for j, n in enumerate(names if i % 2 == 0 else names[::-1]):
+            flush.zero_()
+            start, end = events[i * len(names) + j]
+            start.record()
+            sides[n]()
+            end.record()
+            order.append(n)
+    torch.cuda.synchronize()
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for n, (start, end) in zip(order, events, strict=True):
+        samples[n].append(start.elapsed_time(end))
+    return samples
+
+
+def summarize(name: str, samples: dict[str, list[float]], idle: dict[str, float] | None,
+              count: int | None) -> dict[str, Any]:
+    """One condition's row: per side median/p90 (µs), ratios to idle's medians, the share of slow calls."""
+    row: dict[str, Any] = {"condition": name, "disturbances": count}
+    for side, s in samples.items():
+        med = statistics.median(s)
+        p90 = statistics.quantiles(s, n=10)[-1] if len(s) >= 2 else s[0]
+        row[f"{side}_median_us"] = round(med * 1e3, 2)
+        row[f"{side}_p90_us"] = round(p90 * 1e3, 2)
+        if idle is not None:
+            row[f"{side}_ratio"] = round(med / idle[side], 4)
+            row[f"{side}_slow_share"] = round(sum(v > SLOW * idle[side] for v in s) / len(s), 4)
+    return row
+
+
+def format_table(rows: list[dict[str, Any]], sides: list[str]) -> str:
+    head = ["condition", "done", *[f"{s} {k}" for s in sides for k in ("median µs", "p90 µs", "/idle", "slow")]]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for r in rows:
+        cells = [r["condition"], "-" if r.get("disturbances") is None else str(r["disturbances"])]
+        for s in sides:
+            ratio, slow = r.get(f"{s}_ratio"), r.get(f"{s}_slow_share")
+            cells += [f"{r[f'{s}_median_us']:.1f}", f"{r[f'{s}_p90_us']:.1f}",
+                      "-" if ratio is None else f"{ratio:.3f}", "-" if slow is None else f"{slow:.1%}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=2000, help="timed calls of each side per condition")
+    ap.add_argument("--only", default=",".join(ACTIONS), help="the conditions besides idle (comma-separated)")
+    ap.add_argument("--example", default="gelu")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--disturb", choices=ACTIONS, help=argparse.SUPPRESS)
+    ap.add_argument("--stop", help=argparse.SUPPRESS)
+    ap.add_argument("--count", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.disturb:
+        return disturb(args.disturb, Path(args.stop), Path(args.count))
+    actions = [a for a in args.only.split(",") if a]
+    unknown = [a for a in actions if a not in ACTIONS]
+    if unknown:
+        print(f"window_disturbance: unknown condition {unknown[0]!r} (known: {', '.join(ACTIONS)})", file=sys.stderr)
+        return 2
+    import torch
+    from cudaforge.engine.worker.harness import import_file
+
+    if not torch.cuda.is_available():
+        print("window_disturbance: no CUDA device", file=sys.stderr)
+        return 3
+    task = import_file(str(ROOT / "examples" / args.example / "task.py"), "disturbance_task")
+    cand = import_file(str(ROOT / "examples" / args.example / "nvrtc.py"), "disturbance_candidate")
+    torch.manual_seed(0)
+    dev = torch.device("cuda")
+    inputs = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in task.get_inputs()]
+    sides: dict[str, Callable[[], Any]] = {}
+    with torch.no_grad():
+        for name, model in (("reference", task.Model(*task.get_init_inputs())),
+                            ("candidate", cand.ModelNew(*task.get_init_inputs()))):
+            model = model.to(dev).eval()
+            sides[name] = lambda m=model: m(*inputs)
+        flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device=dev)
+        idle_samples = window(sides, flush, args.calls)
+        idle = {s: statistics.median(v) for s, v in idle_samples.items()}
+        rows = [summarize("idle", idle_samples, None, None)]
+        for action in actions:
+            with Disturbers(action, (os.cpu_count() or 1) if action == "cpu" else 1) as d:
+                samples = window(sides, flush, args.calls)
+            rows.append(summarize(action, samples, idle, d.counts))
+        rows.append(summarize("idle again", window(sides, flush, args.calls), idle, None))
+    print(f"{torch.cuda.get_device_name(dev)}, torch {torch.__version__}, the {args.example} example, "
+          f"{args.calls} timed calls per side per condition", flush=True)
+    print(format_table(rows, list(sides)), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "calls": args.calls, "example": args.example}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

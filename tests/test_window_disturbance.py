@@ -1,0 +1,52 @@
+"""bench/window_disturbance.py off the GPU: its disturbers start, run and stop as real processes, and a
+condition's row and the table say what the timed samples show (the GPU part runs in gpu_check's
+`disturbance` step)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+try:
+    import window_disturbance as wd
+finally:
+    sys.path.pop(0)
+
+
+def test_disturbers_run_until_told_to_stop_and_count_what_they_did() -> None:
+    with wd.Disturbers("cpu", processes=2) as disturbers:
+        assert len(disturbers.procs) == 2 and all(p.poll() is None for p in disturbers.procs)
+        time.sleep(0.3)
+    assert all(p.returncode == 0 for p in disturbers.procs)
+    assert disturbers.counts > 2  # both loops ran, many times each
+    assert not disturbers.folder.exists()  # its stop and count files are gone
+
+
+def test_a_disturber_that_cannot_start_is_an_error_not_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wd, "__file__", str(REPO / "bench" / "no_such_script.py"))
+    with pytest.raises(RuntimeError, match="did not start"), wd.Disturbers("cpu"):
+        pass
+
+
+def test_a_conditions_row_compares_each_side_with_idle_and_the_table_shows_it() -> None:
+    idle = {"reference": 0.070, "candidate": 0.072}
+    samples = {"reference": [0.070] * 90 + [0.071] * 10,  # unchanged
+               "candidate": [0.072] * 50 + [0.110] * 50}  # half the calls 53 % slower
+    row = wd.summarize("cpu", samples, idle, count=12)
+    assert row["reference_ratio"] == pytest.approx(1.0, abs=0.01) and row["reference_slow_share"] == 0.0
+    assert row["candidate_ratio"] == pytest.approx(1.264, abs=0.01) and row["candidate_slow_share"] == 0.5
+    assert row["candidate_median_us"] == pytest.approx(91.0) and row["disturbances"] == 12
+    table = wd.format_table([wd.summarize("idle", samples, None, None), row], ["reference", "candidate"])
+    lines = table.splitlines()
+    assert lines[0].startswith("| condition | done | reference median µs")
+    assert lines[2].startswith("| idle | - | 70.0 |") and "| - | - |" in lines[2]
+    assert lines[3].startswith("| cpu | 12 | 70.0 |") and lines[3].endswith("| 1.264 | 50.0% |")
+
+
+def test_an_unknown_condition_is_refused_with_the_known_ones() -> None:
+    assert wd.main(["--only", "context,teleport"]) == 2
