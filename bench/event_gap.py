@@ -30,19 +30,13 @@ ROOT = Path(__file__).resolve().parent.parent
 FLUSH_BYTES = 256_000_000
 
 
-def main(argv: list[str] | None = None) -> int:
+def example_sides(example: str) -> dict[str, Callable[[], Any]]:
+    """An example's reference and nvrtc candidate on the GPU, each a call on the same inputs (seed 0)."""
     import torch
-    from cudaforge.engine import observe
     from cudaforge.engine.worker.harness import import_file
-    from cudaforge.engine.worker.kernel_timer import activities_of
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--example", default="gelu")
-    ap.add_argument("--calls", type=int, default=300)
-    ap.add_argument("--json", default="")
-    args = ap.parse_args(argv)
-    task = import_file(str(ROOT / "examples" / args.example / "task.py"), "event_gap_task")
-    cand = import_file(str(ROOT / "examples" / args.example / "nvrtc.py"), "event_gap_candidate")
+    task = import_file(str(ROOT / "examples" / example / "task.py"), f"{example}_bench_task")
+    cand = import_file(str(ROOT / "examples" / example / "nvrtc.py"), f"{example}_bench_candidate")
     torch.manual_seed(0)
     dev = torch.device("cuda")
     inputs = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in task.get_inputs()]
@@ -51,6 +45,21 @@ def main(argv: list[str] | None = None) -> int:
                         ("candidate", cand.ModelNew(*task.get_init_inputs()))):
         model = model.to(dev).eval()
         sides[name] = lambda m=model: m(*inputs)
+    return sides
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+    from cudaforge.engine import observe
+    from cudaforge.engine.worker.kernel_timer import activities_of
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--example", default="gelu")
+    ap.add_argument("--calls", type=int, default=300)
+    ap.add_argument("--json", default="")
+    args = ap.parse_args(argv)
+    sides = example_sides(args.example)
+    dev = torch.device("cuda")
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device=dev)
     sink = torch.empty((), device=dev)
     cycles = int(20e-6 * torch.cuda.get_device_properties(dev).clock_rate * 1e3)  # clock_rate is in kHz

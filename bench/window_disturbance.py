@@ -41,7 +41,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
 FLUSH_BYTES = 256_000_000
 ACTIONS = ("kernel", "context", "alloc", "pin", "profiler", "copy", "cpu")
 SLOW = 1.10  # a call over this multiple of idle's median counts as disturbed
@@ -240,22 +239,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"window_disturbance: unknown condition {unknown[0]!r} (known: {', '.join(ACTIONS)})", file=sys.stderr)
         return 2
     import torch
-    from cudaforge.engine.worker.harness import import_file
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from event_gap import example_sides  # beside this file
 
     if not torch.cuda.is_available():
         print("window_disturbance: no CUDA device", file=sys.stderr)
         return 3
-    task = import_file(str(ROOT / "examples" / args.example / "task.py"), "disturbance_task")
-    cand = import_file(str(ROOT / "examples" / args.example / "nvrtc.py"), "disturbance_candidate")
-    torch.manual_seed(0)
     dev = torch.device("cuda")
-    inputs = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in task.get_inputs()]
-    sides: dict[str, Callable[[], Any]] = {}
     with torch.no_grad():
-        for name, model in (("reference", task.Model(*task.get_init_inputs())),
-                            ("candidate", cand.ModelNew(*task.get_init_inputs()))):
-            model = model.to(dev).eval()
-            sides[name] = lambda m=model: m(*inputs)
+        sides = example_sides(args.example)
         flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device=dev)
         idle_samples = window(sides, flush, args.calls)
         idle = {s: statistics.median(v) for s, v in idle_samples.items()}

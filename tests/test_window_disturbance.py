@@ -50,3 +50,9 @@ def test_a_conditions_row_compares_each_side_with_idle_and_the_table_shows_it() 
 
 def test_an_unknown_condition_is_refused_with_the_known_ones() -> None:
     assert wd.main(["--only", "context,teleport"]) == 2
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the GPU machine runs the real bench")
+def test_without_a_gpu_it_says_so_and_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
+    assert wd.main(["--only", "cpu", "--calls", "10"]) == 3
+    assert "no CUDA device" in capsys.readouterr().err
