@@ -110,6 +110,8 @@ def _row(r: Any, wall_s: float) -> dict[str, Any]:
             "ref_busy_us": _us(t.kernel_reference) if t else None, "cand_busy_us": _us(t.kernel_candidate) if t else None,
             "ref_host_us": _us(t.host_reference) if t else None, "cand_host_us": _us(t.host_candidate) if t else None,
             "measurements": t.measurements if t else None,
+            # per side, the share of timed calls the GPU may have waited for the host in (Timer.late_launches)
+            "late_launches": dict(t.settings.get("late_launches") or {}) if t else {},
             "findings": [f"{f.severity}:{f.name}" for f in r.findings], "wall_s": wall_s}
 
 
@@ -170,7 +172,8 @@ def summarize(engine: dict[str, list[dict[str, Any]]], bench: dict[str, dict[str
             "findings": sorted({f for r in ok for f in r["findings"]}),
             # the run whose candidate timed slowest, with what the other clocks said of it
             "slowest_run": {k: max(ok, key=lambda r: r["cand_us"]).get(k) for k in
-                            ("cand_us", "cand_busy_us", "cand_host_us", "ref_us", "ref_busy_us", "measurements")},
+                            ("cand_us", "cand_busy_us", "cand_host_us", "ref_us", "ref_busy_us", "measurements",
+                             "late_launches")},
         })
     return rows
 
@@ -178,6 +181,11 @@ def summarize(engine: dict[str, list[dict[str, Any]]], bench: dict[str, dict[str
 def us(value: Any) -> str:
     """Microseconds to one decimal, "-" where a clock had no figure."""
     return f"{value:.1f}" if isinstance(value, (int, float)) else "-"
+
+
+def _shares(late: dict[str, float] | None) -> str:
+    """Timer.late_launches per side as "candidate 93 %, reference 0 %", "-" where the run had none."""
+    return ", ".join(f"{side} {share:.0%}" for side, share in sorted(late.items())) if late else "-"
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -200,7 +208,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         w = r["slowest_run"]
         out.append(f"\n{r['task']}, slowest run: candidate events {us(w['cand_us'])} µs, CUPTI busy "
                    f"{us(w['cand_busy_us'])} µs, host-synchronized {us(w['cand_host_us'])} µs; reference events "
-                   f"{us(w['ref_us'])} µs, busy {us(w['ref_busy_us'])} µs; windows measured {w['measurements']}")
+                   f"{us(w['ref_us'])} µs, busy {us(w['ref_busy_us'])} µs; windows measured {w['measurements']}; "
+                   f"calls launched late: {_shares(w.get('late_launches'))}")
     return "\n".join(out)
 
 

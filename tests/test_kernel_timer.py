@@ -130,6 +130,31 @@ def test_gpu_side_stream_work_disagrees_or_fails(gpu_opts) -> None:
     assert r.timing.kernel_candidate.median_ms > r.timing.candidate.median_ms, describe(r)
 
 
+@pytest.mark.gpu
+def test_gpu_a_call_the_host_queues_slower_than_the_gpu_runs_it_is_counted_late(gpu_opts, tmp_path: Path) -> None:
+    """A candidate that spins 0.3 ms on the host before its kernel: the flush (tens of µs) cannot cover that, so
+    the GPU reaches each start event before the call is queued, and the timing says so for nearly every call
+    (settings["late_launches"], timing.Timer.late_launches)."""
+    import asyncio
+
+    from cudaforge.engine.candidate import Candidate
+    from cudaforge.engine.evaluation.evaluator import Evaluator
+    from cudaforge.engine.task import load_task
+
+    task = tmp_path / "task.py"
+    task.write_text("import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                    "        return torch.relu(x)\n\n\ndef get_inputs():\n    return [torch.randn(1 << 20)]\n\n\n"
+                    "def get_init_inputs():\n    return []\n")
+    source = ("import time\nimport torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
+              "        t = time.perf_counter()\n        while time.perf_counter() - t < 3e-4:\n            pass\n"
+              "        return torch.relu(x)\n")
+    r = asyncio.run(Evaluator(gpu_opts).evaluate(load_task(task), Candidate(source=source, format="python")))
+    assert r.timing is not None, describe(r)
+    late = r.timing.settings["late_launches"]
+    assert late["candidate"] >= 0.9, late
+    assert 0.0 <= late["reference"] <= 1.0, late
+
+
 def test_the_exclusive_hold_goes_before_cupti_stops(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ending the profiler session and reading its records are host work: `done()` (where the worker lets the GPU
     go) comes right after the host-timed calls, before the session stops; on an exception in the calls the

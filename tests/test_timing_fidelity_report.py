@@ -1,5 +1,6 @@
 """bench/timing_fidelity.py's summary and table (pure functions; the bench itself runs on the GPU): a run whose
-candidate timed slow is reported with what CUPTI's busy time and the host clock said of it."""
+candidate timed slow is reported with what CUPTI's busy time and the host clock said of it, and how many of its
+timed calls the GPU may have waited for the host in."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import timing_fidelity  # noqa: E402
 
 
-def _run(cand_us: float, busy_us: float, ref_us: float = 70.3) -> dict:
+def _run(cand_us: float, busy_us: float, ref_us: float = 70.3, late: float = 0.0) -> dict:
     return {"outcome": "ok", "speedup": ref_us / cand_us, "ref_us": ref_us, "cand_us": cand_us,
             "ref_busy_us": 68.0, "cand_busy_us": busy_us, "ref_host_us": 80.0, "cand_host_us": cand_us + 9,
-            "measurements": 1, "findings": [], "wall_s": 3.0}
+            "measurements": 1, "late_launches": {"candidate": late, "reference": 0.0}, "findings": [], "wall_s": 3.0}
 
 
 def test_a_missed_spread_names_the_slowest_runs_events_busy_and_host_times() -> None:
-    engine = {"gelu": [_run(110.7, 71.5), *[_run(72.1, 71.0) for _ in range(4)]],
+    engine = {"gelu": [_run(110.7, 71.5, late=0.93), *[_run(72.1, 71.0) for _ in range(4)]],
               "relu": [_run(60.0, 58.0) for _ in range(5)]}
     bench = {"gelu": {"ref_us": 70.0, "cand_us": 74.0, "speedup": 70.0 / 74.0},
              "relu": {"ref_us": 57.0, "cand_us": 60.0, "speedup": 57.0 / 60.0}}
@@ -27,5 +28,6 @@ def test_a_missed_spread_names_the_slowest_runs_events_busy_and_host_times() -> 
     assert gelu["slowest_run"]["cand_us"] == 110.7 and gelu["slowest_run"]["cand_busy_us"] == 71.5
     text = timing_fidelity.table(list(rows.values()))
     assert ("gelu, slowest run: candidate events 110.7 µs, CUPTI busy 71.5 µs, host-synchronized 119.7 µs; "
-            "reference events 70.3 µs, busy 68.0 µs; windows measured 1") in text
+            "reference events 70.3 µs, busy 68.0 µs; windows measured 1; "
+            "calls launched late: candidate 93%, reference 0%") in text
     assert "relu, slowest run" not in text  # only a missed spread gets the line

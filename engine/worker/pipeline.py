@@ -672,6 +672,9 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
         kwargs["compile_baseline"] = comp
         kwargs["speedup_vs_compile"] = comp.median_ms / cand_s.median_ms if cand_s.median_ms > 0 else None
     settings = {"numerics": current_numerics(), "input_rotation": rotation_note}
+    late = timer.late_launches()
+    if late:  # where the GPU may have waited for our host inside timed calls (timing.Timer.late_launches)
+        settings["late_launches"] = late
     if compiled_note:
         settings["compile_baseline_error"] = compiled_note
     low, high = (r25 / c75 if c75 > 0 else 0.0), (r75 / c25 if c25 > 0 else 0.0)
