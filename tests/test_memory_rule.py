@@ -118,6 +118,13 @@ def test_weight_dominated_evaluation_peaks_within_the_rule(cpu_options: EvalOpti
     assert not [f for f in result.findings if f.name == "weights_mutation"], result.findings
     # the fingerprints' cost is its own sub-phase wherever the candidate is called
     assert {"correctness.shared_weights", "cache_probes.shared_weights"} <= set(result.phases), result.phases
+    # and the cache probes say where their own seconds went, step by step
+    probe_steps = {f"cache_probes.{step}" for step in ("draw", "reference", "fingerprint", "spreads", "park",
+                                                       "candidate", "compare")}
+    assert probe_steps <= set(result.phases), result.phases
+    assert sum(result.phases[k] for k in probe_steps) <= result.phases["cache_probes"] + 0.05, result.phases
+    # as do the timed check's expected outputs, made before the window
+    assert {"timing.expected_reference", "timing.expected_off_device"} <= set(result.phases), result.phases
     m = result.memory
     assert m is not None and m.reference_peak_bytes is not None and m.eval_peak_bytes is not None, m
     weights = 8192 * 4096 * 4

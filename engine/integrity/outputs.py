@@ -8,6 +8,7 @@ reference's are not. torch is imported lazily.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -259,6 +260,7 @@ def check_cache_reuse(
     reference_mutates: bool = False,
     park_output: Callable[[list[Any], list[Any]], list[Any]] | None = None,
     host_input_room: Callable[[int], None] | None = None,
+    part: Callable[[str], Any] = lambda name: contextlib.nullcontext(),
 ) -> list[Finding]:
     """Probe the candidate for results cached across calls; returns findings (empty when clean).
 
@@ -292,10 +294,15 @@ def check_cache_reuse(
     differ, is `result_cache` (fail). Any other wrong probe is `inconsistent_output` (fail for the
     valid draws 2 and 4; warn for the sparse mix 3, which may break a task's input invariants). A float
     output that is one repeated value where the reference varies is `constant_output` (fail).
-    Exceptions raised by the callables propagate (the worker classifies them).
+    Exceptions raised by the callables propagate (the worker classifies them). `part(name)` times the probes'
+    steps (the worker's sub-phases: draw, snapshot, reference, fingerprint, spreads, park, candidate, compare).
     """
     import torch
     from cudaforge.engine.observe import checkpoint, fingerprints
+
+    def draw(seed: int) -> list[Any]:  # make_inputs, timed as its own step
+        with part("draw"):
+            return make_inputs(seed)
 
     def off_device(values: list[Any]) -> list[Any]:
         return to_host(values) if to_host is not None else \
@@ -320,21 +327,31 @@ def check_cache_reuse(
     def probe(name: str, inputs: list[Any], severity_other: Severity) -> bool:
         """The reference on `inputs`, then the candidate on the same values; whether the candidate was right."""
         checkpoint()  # a step boundary: a timed window waiting elsewhere goes first
-        values = off_device(inputs) if reference_mutates else None
-        ref_dev = _flat(run_reference(inputs))
+        with part("snapshot"):
+            values = off_device(inputs) if reference_mutates else None
+        with part("reference"):
+            ref_dev = _flat(run_reference(inputs))
         # The outputs' exact content without keeping a copy (a candidate may hand back the same buffer on
         # every call, so the tensor itself would change under us).
-        ref_print = fingerprints(ref_dev)
-        spreads = reference_spreads(ref_dev)
-        expected = park(ref_dev, inputs)
+        with part("fingerprint"):
+            ref_print = fingerprints(ref_dev)
+        with part("spreads"):
+            spreads = reference_spreads(ref_dev)
+        with part("park"):
+            expected = park(ref_dev, inputs)
         del ref_dev
         if values is not None:
-            write(inputs, values)
+            with part("snapshot"):
+                write(inputs, values)
             del values
-        got = _flat(run_candidate(inputs))
-        got_print = fingerprints(got)
-        constant = constant_finding(spreads, _constant_values(got))
-        ok = _match(expected, got, atol, rtol)  # the host copies come over in slices
+        with part("candidate"):
+            got = _flat(run_candidate(inputs))
+        with part("fingerprint"):
+            got_print = fingerprints(got)
+        with part("spreads"):
+            constant = constant_finding(spreads, _constant_values(got))
+        with part("compare"):
+            ok = _match(expected, got, atol, rtol)  # the host copies come over in slices
         del got, expected
         stale = not ok and got_print == previous.get("candidate") and ref_print != previous.get("reference")
         previous.update(candidate=got_print, reference=ref_print)
@@ -359,7 +376,7 @@ def check_cache_reuse(
     # flip, through .data so the version stays) where every input is floating point, else a draw that
     # waits on the host until it goes into A's memory.
     b: list[Any] | None = None
-    work = make_inputs(seed)
+    work = draw(seed)
     flip = not fresh_beside and bool(_tensors(work)) and all(
         x.is_floating_point() and x.is_contiguous() and x.numel() > 1 for x in _tensors(work))
     if not fresh_beside and not flip:
@@ -367,12 +384,12 @@ def check_cache_reuse(
             # B waits on the host beside each probe's snapshot of the inputs: a second input set there.
             host_input_room(tensor_bytes(work))
         del work
-        b = off_device(make_inputs(seed + 1))
-        work = make_inputs(seed)
+        b = off_device(draw(seed + 1))
+        work = draw(seed)
     if not probe("baseline", work, "fail"):
         return findings  # wrong to begin with: the correctness trials are the judge of that
     if fresh_beside:
-        b = make_inputs(seed + 1)  # beside A: a second input set fits
+        b = draw(seed + 1)  # beside A: a second input set fits
     same_shapes = flip or (b is not None and len(work) == len(b) and all(
         not isinstance(x, torch.Tensor) or (isinstance(y, torch.Tensor) and x.shape == y.shape and x.dtype == y.dtype)
         for x, y in zip(work, b, strict=True)))
@@ -407,10 +424,10 @@ def check_cache_reuse(
     else:
         del b
     if fresh_beside:
-        fresh = make_inputs(seed + 2)  # allocated while the probed inputs live: other addresses
+        fresh = draw(seed + 2)  # allocated while the probed inputs live: other addresses
         del work
     else:
-        fresh = _draw_elsewhere(work, lambda: make_inputs(seed + 2), off_device)
+        fresh = _draw_elsewhere(work, lambda: draw(seed + 2), off_device)
     probe("new_memory", fresh, "fail")
     del fresh
     constant = next((c for c in constants if c is not None), None)  # the first probe's that saw one

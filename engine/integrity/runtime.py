@@ -381,18 +381,20 @@ class TimedOutputCheck:
         pool = range(max(trials - 1, 0))
         self.sample = set(rng.sample(pool, min(self.samples, len(pool)))) | {trials - 1}
 
-    def prepare(self) -> int:
+    def prepare(self, part: Callable[[str], Any] = lambda name: contextlib.nullcontext()) -> int:
         """Before the timed window: where the reference leaves its inputs as they were, compute the expected
         output of each input content the timed calls rotate over, once, and move it off the device. Returns
         how many were computed (0: the reference changes its inputs, so each sampled call computes its own,
-        from a copy of that call's inputs)."""
+        from a copy of that call's inputs). `part(name)` times its steps (the worker's sub-phases)."""
         if self.reference_mutates:
             return 0
         for index in range(self.candidate.contents()):
-            self.prepared[index] = self._expected_for(self.candidate.at(index), copy_inputs=False)
+            self.prepared[index] = self._expected_for(self.candidate.at(index), copy_inputs=False, part=part)
         return len(self.prepared)
 
-    def _expected_for(self, inputs: list[Any], copy_inputs: bool) -> tuple[list[Any], list[float], bool]:
+    def _expected_for(self, inputs: list[Any], copy_inputs: bool,
+                      part: Callable[[str], Any] = lambda name: contextlib.nullcontext()
+                      ) -> tuple[list[Any], list[float], bool]:
         """The reference's output for `inputs` (reference numerics), its atols and whether it returned memory
         of its inputs or parameters, the output moved off the device and its device memory poisoned."""
         import torch
@@ -404,18 +406,20 @@ class TimedOutputCheck:
             inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         self.reference_numerics()
         try:
-            with torch.no_grad():
+            with torch.no_grad(), part("expected_reference"):
                 expected = _flat(self.reference_model(*inputs))
         finally:
             self.timing_numerics()
         aliases = bool(_storages(expected) & (_storages(inputs) | self.protected))
         del inputs
         # TF32 errors scale with the output: the scale is read here, while the output is on the device.
-        atol_for = [max(self.atol, TF32_TOLERANCE * largest_magnitude(e))
-                    if self.scale_atol and isinstance(e, torch.Tensor) and e.is_floating_point() and e.numel() > 0
-                    else self.atol for e in expected]
+        with part("expected_scale"):
+            atol_for = [max(self.atol, TF32_TOLERANCE * largest_magnitude(e))
+                        if self.scale_atol and isinstance(e, torch.Tensor) and e.is_floating_point() and e.numel() > 0
+                        else self.atol for e in expected]
         on_device = expected
-        expected = self.keep(expected) if self.keep is not None and not aliases else self.to_host(expected)
+        with part("expected_off_device"):
+            expected = self.keep(expected) if self.keep is not None and not aliases else self.to_host(expected)
         kept = {id(v) for v in expected}
         # What moved off the device is freed now, poisoned first: a candidate handing back unwritten memory
         # finds NaN. What stays is alive until its sampled calls are compared: no allocation gets its memory.

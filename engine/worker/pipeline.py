@@ -608,7 +608,7 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
             compiled_note = f"torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}"
         phase("timing")
     with sub_phase("expected"):  # the timed check's expected outputs, side by side, before the window
-        output_check.prepare()
+        output_check.prepare(part=sub_phase)
     gpu_share.write(job.gpu_lock_path)  # the timed window holds the GPU alone (readers drained and synced)
     pin = ThreadPin(torch.get_num_threads()) if device.type == "cpu" else None  # both sides, every call
     prepare = runtime_checks.RotationPrepare(fns)  # a flip happens here, outside the timed window
@@ -1048,7 +1048,7 @@ def evaluate(job: EvalJob, report: ReportDraft) -> None:
         park_output=lambda out, inputs: memory.park(out, beside=inputs)[0],
         fresh_beside=memory.second_draw_fits(int(memory.REFERENCE_IO.get("input_bytes", 0))),
         reference_mutates=REFERENCE_SEEN["mutates"],
-        host_input_room=lambda nbytes: _grow_host(job, mem, nbytes)))
+        host_input_room=lambda nbytes: _grow_host(job, mem, nbytes), part=sub_phase))
     memory.release()
     observe.checkpoint()
     timed, report.speed_of_light = timing(job, task, model, model_new, device, findings, default_numerics,
