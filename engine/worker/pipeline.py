@@ -932,7 +932,7 @@ def _grow_host(job: EvalJob, mem: dict[str, Any], extra: int) -> None:
 
 def release_gpu() -> None:
     """Free this worker's device memory, then let the GPU lock (where still held: an evaluation lets it go
-    at "done") and the memory reservation go. Memory the candidate still holds (a module-level cache) goes
+    first, entry._let_the_gpu_go) and the memory reservation go. Memory the candidate still holds (a module-level cache) goes
     with the process: the reservation then stays until the worker exits (a dead process's reservation is
     dropped)."""
     memory.release(full=True)
