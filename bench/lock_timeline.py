@@ -11,8 +11,9 @@ happened). This rebuilds the lock's timeline and splits the wall into:
 - idle: nobody holds it.
 
 It also says which reader steps drained longest: the time a reader was the only holder while a writer
-waited (everyone else waited for that one step), by the step that reader dropped its hold in, and how long
-readers waited in all, while a writer held or drained.
+waited (everyone else waited for that one step), by the step that reader dropped its hold in; each window's
+whole wait by the step of the last reader it waited for; and how long readers waited in all, while a writer
+held or drained.
 
     python bench/lock_timeline.py LOCKLOG [--json OUT] [--top 12]
 """
@@ -58,8 +59,14 @@ def timeline(events: list[LockEvent]) -> dict[str, object]:
     wanting: dict[int, tuple[str, float]] = {}  # pid -> (kind, since when it waits)
     reader_wait = collections.Counter()  # "behind_writer" (a writer held or drained) / "other"
     pending_sole: dict[int, float] = {}  # reader pid -> seconds it was the sole holder during drains (not yet dropped)
+    # each writer's whole wait, by the step of the last reader that let the GPU go during it (the one it waited
+    # for last): "(a writer)" where no reader did (it waited behind another window)
+    last_holder: collections.Counter[str] = collections.Counter()
+    last_holder_n: collections.Counter[str] = collections.Counter()
+    last_read_drop: tuple[float, str] = (float("-inf"), "")
     if not events:
-        return {"wall_s": 0.0, "split_s": {}, "sole_drain_s": {}, "reader_wait_s": {}, "windows": 0}
+        return {"wall_s": 0.0, "split_s": {}, "sole_drain_s": {}, "reader_wait_s": {}, "windows": 0,
+                "last_holder_s": {}, "last_holder_n": {}}
     windows = 0
     last = events[0].t
     for e in events:
@@ -89,17 +96,25 @@ def timeline(events: list[LockEvent]) -> dict[str, object]:
         elif e.event == "gave_up":
             wanting.pop(e.pid, None)
         elif e.event == "got":
-            wanting.pop(e.pid, None)
+            _, since = wanting.pop(e.pid, (e.kind, e.t))
             (writers if e.kind == "write" else readers)[e.pid] = e.t
             windows += e.kind == "write"
+            if e.kind == "write":
+                step = last_read_drop[1] if last_read_drop[0] >= since else "(a writer)"
+                last_holder[step] += e.t - since
+                last_holder_n[step] += 1
         elif e.event == "drop":
             (writers if e.kind == "write" else readers).pop(e.pid, None)
+            if e.kind == "read":
+                last_read_drop = (e.t, e.step)
             if e.kind == "read" and e.pid in pending_sole:
                 sole_drain[e.step] += pending_sole.pop(e.pid)
     wall = events[-1].t - events[0].t
     return {"wall_s": round(wall, 3), "split_s": {k: round(v, 3) for k, v in split.most_common()},
             "sole_drain_s": {k: round(v, 3) for k, v in sole_drain.most_common()},
-            "reader_wait_s": {k: round(v, 3) for k, v in reader_wait.items()}, "windows": windows}
+            "reader_wait_s": {k: round(v, 3) for k, v in reader_wait.items()}, "windows": windows,
+            "last_holder_s": {k: round(v, 3) for k, v in last_holder.most_common()},
+            "last_holder_n": dict(last_holder_n)}
 
 
 def format_timeline(t: dict[str, object], top: int = 12) -> str:
@@ -111,6 +126,10 @@ def format_timeline(t: dict[str, object], top: int = 12) -> str:
     lines += ["", "| reader step that alone held a writer back | seconds |", "| --- | --- |"]
     for step, s in list(t["sole_drain_s"].items())[:top]:  # type: ignore[union-attr]
         lines.append(f"| {step} | {s:.1f} |")
+    lines += ["", "| the last reader a window waited for, by its step | windows | their waits, s |", "| --- | --- | --- |"]
+    counts = t.get("last_holder_n") or {}
+    for step, s in list((t.get("last_holder_s") or {}).items())[:top]:  # type: ignore[union-attr]
+        lines.append(f"| {step} | {counts.get(step, 0)} | {s:.1f} |")  # type: ignore[union-attr]
     waits = t["reader_wait_s"]
     lines += ["", f"readers waited {waits.get('behind_writer', 0.0):.1f} s (summed over readers) while a writer held, "  # type: ignore[union-attr]
                   f"drained or took the GPU, {waits.get('other', 0.0):.1f} s otherwise"]  # type: ignore[union-attr]

@@ -64,6 +64,21 @@ def test_timeline_by_hand() -> None:
     assert t["wall_s"] == 6.0
     assert t["split_s"] == {"drain": 2.0, "shared": 2.0, "exclusive": 1.0, "idle": 1.0}
     assert t["sole_drain_s"] == {"correctness": 2.0}
+    assert t["last_holder_s"] == {"correctness": 2.0} and t["last_holder_n"] == {"correctness": 1}
+
+
+def test_each_windows_wait_goes_to_the_last_reader_it_waited_for_or_to_the_window_before_it() -> None:
+    """Two readers drain for writer 3; writer 4 arrives during 3's window and waits only behind it."""
+    e = [LockEvent(0.0, 1, "got", "read", "shapes"), LockEvent(0.0, 2, "got", "read", "kernels"),
+         LockEvent(1.0, 3, "want", "write", "timing_wait"), LockEvent(1.5, 2, "drop", "read", "kernels"),
+         LockEvent(2.5, 1, "drop", "read", "shapes"), LockEvent(2.5, 3, "got", "write", "timing.events"),
+         LockEvent(3.0, 4, "want", "write", "timing_wait"), LockEvent(3.5, 3, "drop", "write", "timing"),
+         LockEvent(3.5, 4, "got", "write", "timing.events"), LockEvent(4.0, 4, "drop", "write", "timing")]
+    t = timeline(e)
+    assert t["last_holder_s"] == {"shapes": 1.5, "(a writer)": 0.5}
+    assert t["last_holder_n"] == {"shapes": 1, "(a writer)": 1}
+    text = format_timeline(t)
+    assert "| shapes | 1 | 1.5 |" in text and "| (a writer) | 1 | 0.5 |" in text
 
 
 def test_cli_names_a_missing_log(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
