@@ -123,33 +123,41 @@ class BuildRecorder:
         recorder = self
 
         def load_inline(name: str, cpp_sources: Any, cuda_sources: Any = None, *args: Any, **kwargs: Any) -> Any:
-            import torch
-
-            if recorder.cache_root is not None and not kwargs.get("build_directory"):
-                key_material = json.dumps(
-                    [name, cpp_sources, cuda_sources, list(args), sorted((k, repr(v)) for k, v in kwargs.items()),
-                     torch.__version__, str(torch.version.cuda), sys.version_info[:2]],
-                    default=str,
-                )
-                key = hashlib.sha256(key_material.encode()).hexdigest()[:24]
-                build_dir = recorder.cache_root / f"{name}-{key}"
+            build_dir = recorder.build_dir_for(name, cpp_sources, cuda_sources, args, kwargs)
+            if build_dir is not None and not kwargs.get("build_directory"):
                 build_dir.mkdir(parents=True, exist_ok=True)
                 kwargs["build_directory"] = str(build_dir)
                 was_built = any(build_dir.glob("*.so"))
             else:
                 was_built = False
             start = time.perf_counter()
-            if recorder.log_path is not None and not args:  # keyword style (KernelBench's): streamable
-                kwargs.pop("verbose", None)  # the build's output goes to the log either way
-                module = _streamed_build(recorder.log_path, original, name, cpp_sources, cuda_sources, kwargs)
-            else:
-                module = original(name, cpp_sources, cuda_sources, *args, **kwargs)
+            with one_builder(Path(kwargs["build_directory"]) if kwargs.get("build_directory") else None):
+                if recorder.log_path is not None and not args:  # keyword style (KernelBench's): streamable
+                    kwargs.pop("verbose", None)  # the build's output goes to the log either way
+                    module = _streamed_build(recorder.log_path, original, name, cpp_sources, cuda_sources, kwargs)
+                else:
+                    module = original(name, cpp_sources, cuda_sources, *args, **kwargs)
             recorder.seconds += time.perf_counter() - start
             recorder.builds += 1
             recorder.cached = recorder.cached and was_built
             return recorder.wrap_module(module)
 
         cpp_ext.load_inline = load_inline
+
+    def build_dir_for(self, name: str, cpp_sources: Any, cuda_sources: Any, args: Any,
+                      kwargs: dict[str, Any]) -> Path | None:
+        """The content-keyed build directory of one load_inline call (None without a cache root, or where the
+        call names its own build_directory): the same sources, options and toolchain share one."""
+        import torch
+
+        if self.cache_root is None or kwargs.get("build_directory"):
+            return None
+        key_material = json.dumps(
+            [name, cpp_sources, cuda_sources, list(args), sorted((k, repr(v)) for k, v in kwargs.items()),
+             torch.__version__, str(torch.version.cuda), sys.version_info[:2]],
+            default=str,
+        )
+        return self.cache_root / f"{name}-{hashlib.sha256(key_material.encode()).hexdigest()[:24]}"
 
     def wrap_module(self, module: Any) -> Any:
         """A proxy whose functions count their calls: the CPU/inline 'custom code ran' evidence."""
@@ -180,6 +188,38 @@ class BuildRecorder:
 
 
 _BUILD_ERROR = "Error building extension"
+
+
+BUILD_FLOCK = ".cudaforge-build.flock"  # beside torch's own `lock` in an extension's build directory
+
+
+@contextlib.contextmanager
+def one_builder(build_dir: Path | None) -> Any:
+    """One build of an extension directory at a time across our processes, through an flock the kernel drops
+    with its holder, and no wait on a dead builder's lock: torch's own lock file (cpp_extension's FileBaton,
+    `lock` in the build directory) outlives a builder killed with SIGKILL, and every later load_inline of
+    that extension waited for it for ever (a batch driver killed in a build, then its resume: the CI runs
+    that never finished). Holding our flock, no live builder of ours is in the directory, so a `lock` there
+    is a dead one's and goes. None: nothing to take turns on."""
+    if build_dir is None:
+        yield
+        return
+    import fcntl
+
+    build_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(build_dir / BUILD_FLOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                break
+            except InterruptedError:  # a signal while waiting: wait on
+                continue
+        with contextlib.suppress(FileNotFoundError):
+            (build_dir / "lock").unlink()
+        yield
+    finally:
+        os.close(fd)  # the flock goes with it
 
 
 def _streamed_build(log_path: Path, original: Any, name: str, cpp_sources: Any, cuda_sources: Any,
