@@ -216,3 +216,45 @@ def test_a_younger_ready_spare_goes_before_an_older_one_still_warming(tmp_path: 
     finally:
         for spare in (a, b, c, *pool.clear()):
             spare.kill()
+
+
+SPARE_TURN = """
+import sys, time
+from cudaforge.engine.gpu.turns import warmup_turn
+with warmup_turn(sys.argv[1], lambda: False):
+    print(time.monotonic_ns(), flush=True)
+"""
+
+
+def test_a_window_being_prepared_keeps_idle_warm_ups_out_until_it_holds_the_gpu(tmp_path: Path) -> None:
+    """gpu_share.window_ahead: while a worker prepares its timed window as a reader, an idle spare in another
+    process starts no warm-up turn (the window would wait for it), a yield meanwhile keeps it so, and the
+    warm-up comes in only after the window has had the GPU."""
+    from cudaforge.engine.worker import gpu_share
+
+    lock = str(tmp_path / "gpu0.lock")
+    spare = None
+    try:
+        gpu_share.read(lock)
+        gpu_share.window_ahead(lock)
+        spare = subprocess.Popen([sys.executable, "-c", SPARE_TURN, lock], stdout=subprocess.PIPE, text=True)
+        time.sleep(0.8)
+        assert spare.poll() is None, "the spare's warm-up went ahead of a window being prepared"
+        gpu_share.release_hold()  # a yield at a step boundary: the window is still being prepared
+        gpu_share.read(lock)
+        time.sleep(0.5)
+        assert spare.poll() is None, "a yield let the spare's warm-up in ahead of the window"
+        gpu_share.write(lock)
+        window_at = time.monotonic_ns()
+        assert not (jobs_dir(lock) / str(__import__("os").getpid())).exists()  # the announcement ended
+        time.sleep(0.3)
+        gpu_share.release_hold()
+        assert spare.stdout is not None
+        entered_at = int(spare.stdout.readline())
+        assert spare.wait(30) == 0
+        assert entered_at > window_at
+    finally:
+        gpu_share.release_all()
+        if spare is not None and spare.poll() is None:
+            spare.kill()
+    assert gpu_share._STATE["window_ahead"] is None

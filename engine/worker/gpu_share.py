@@ -19,7 +19,7 @@ from cudaforge.engine.worker.harness import current_phase, current_step, phase
 
 _STATE: dict[str, Any] = {"hold": None, "reservation": None, "host_reservation": None, "shared_s": 0.0,
                           "exclusive_s": 0.0, "since": 0.0, "yields": 0, "paused": 0,
-                         "off_gpu_builds": 0}
+                          "off_gpu_builds": 0, "window_ahead": None}
 HOLD_TOTALS = ("gpu_exclusive", "gpu_shared", "gpu_yields", "gpu_window_pauses", "gpu_off_builds")  # seconds()' keys: no steps
 T = TypeVar("T")
 GROW_TIMEOUT_S = 30.0  # two evaluations that each wait to grow beside the other would wait for ever
@@ -28,7 +28,7 @@ rwlock.STEP_LABEL[0] = current_step  # the lock log (rwlock.LOG_ENV) names the s
 
 
 def _switch(lock_path: str | None, kind: str, wait_phase: str) -> None:
-    from cudaforge.engine.gpu.rwlock import acquire
+    from cudaforge.engine.gpu.rwlock import WRITE, acquire
     from cudaforge.engine.gpu.turns import announce_job, withdraw_job
 
     current = _STATE["hold"]
@@ -44,6 +44,10 @@ def _switch(lock_path: str | None, kind: str, wait_phase: str) -> None:
         _STATE["hold"] = acquire(lock_path, kind)
     finally:
         withdraw_job(lock_path)
+        if kind == WRITE:
+            _STATE["window_ahead"] = None  # the window it prepared for has the GPU (or never will)
+        elif _STATE["window_ahead"] == lock_path:
+            announce_job(lock_path)  # still preparing a window (window_ahead): spares still wait
     _STATE["since"] = time.monotonic()
     if resume and resume != wait_phase:
         phase(resume)  # the wait is its own phase; what follows belongs to the step that asked
@@ -117,6 +121,20 @@ def _touches(gpu_type: str, args: Any, kwargs: dict[str, Any]) -> bool:
         if isinstance(leaf, str) and leaf.split(":", 1)[0] == gpu_type:
             return True
     return False
+
+
+def window_ahead(lock_path: str | None) -> None:
+    """A timed window is next, after the steps that prepare it as a reader (the timed check's expected
+    outputs): announced like a job waiting at the lock until its write hold is taken, so an idle spare starts
+    no warm-up turn (a CUDA context: 0.2-2 s under load) that the window would then wait for. Spares'
+    warm-ups were the last reader 86 of the H200 sweep's 250 windows waited for (36.9 s of their waits,
+    session 16). A read hold taken meanwhile (a yield) keeps the announcement; the write hold, or the end of
+    the worker's GPU work (release_all), ends it; a dead process's is ignored (engine/gpu/turns.py)."""
+    from cudaforge.engine.gpu.turns import announce_job
+
+    if lock_path:
+        _STATE["window_ahead"] = lock_path
+        announce_job(lock_path)
 
 
 def write(lock_path: str | None, wait_phase: str = "timing_wait") -> None:
@@ -274,7 +292,13 @@ def _cached(budget: Any) -> Any:
 
 
 def release_all() -> None:
-    """The worker is done with the GPU (its memory freed): the hold and the reservation go."""
+    """The worker is done with the GPU (its memory freed): the hold, the reservation and any announcement of
+    a window ahead go."""
+    from cudaforge.engine.gpu.turns import withdraw_job
+
+    if _STATE["window_ahead"]:
+        withdraw_job(_STATE["window_ahead"])
+        _STATE["window_ahead"] = None
     release_hold()
     reservation, _STATE["reservation"] = _STATE["reservation"], None
     if reservation is not None:
