@@ -212,6 +212,9 @@ def format_table(rows: list[dict[str, Any]], sides: list[str]) -> str:
     head = ["condition", "done", *[f"{s} {k}" for s in sides for k in ("median µs", "p90 µs", "/idle", "slow")]]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['condition']} | {r['error']} |" + " |" * (len(head) - 2))
+            continue
         cells = [r["condition"], "-" if r.get("disturbances") is None else str(r["disturbances"])]
         for s in sides:
             ratio, slow = r.get(f"{s}_ratio"), r.get(f"{s}_slow_share")
@@ -254,8 +257,12 @@ def main(argv: list[str] | None = None) -> int:
         idle = {s: statistics.median(v) for s, v in idle_samples.items()}
         rows = [summarize("idle", idle_samples, None, None)]
         for action in actions:
-            with Disturbers(action, (os.cpu_count() or 1) if action == "cpu" else 1) as d:
-                samples = window(sides, flush, args.calls)
+            try:
+                with Disturbers(action, (os.cpu_count() or 1) if action == "cpu" else 1) as d:
+                    samples = window(sides, flush, args.calls)
+            except RuntimeError as exc:  # a disturber that cannot run here: the other conditions still count
+                rows.append({"condition": action, "error": str(exc)})
+                continue
             rows.append(summarize(action, samples, idle, d.counts))
         rows.append(summarize("idle again", window(sides, flush, args.calls), idle, None))
     print(f"{torch.cuda.get_device_name(dev)}, torch {torch.__version__}, the {args.example} example, "

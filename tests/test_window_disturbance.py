@@ -46,6 +46,9 @@ def test_a_conditions_row_compares_each_side_with_idle_and_the_table_shows_it() 
     assert lines[0].startswith("| condition | done | reference median µs")
     assert lines[2].startswith("| idle | - | 70.0 |") and "| - | - |" in lines[2]
     assert lines[3].startswith("| cpu | 12 | 70.0 |") and lines[3].endswith("| 1.264 | 50.0% |")
+    failed = wd.format_table([{"condition": "pin", "error": "disturber 'pin' did not start (exit 1)"}],
+                             ["reference", "candidate"]).splitlines()[2]
+    assert failed.startswith("| pin | disturber 'pin' did not start") and failed.count("|") == lines[3].count("|")
 
 
 def test_an_unknown_condition_is_refused_with_the_known_ones() -> None:
