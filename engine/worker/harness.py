@@ -207,16 +207,25 @@ def one_builder(build_dir: Path | None) -> Any:
     import fcntl
 
     build_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(build_dir / BUILD_FLOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
+        fd = os.open(build_dir / BUILD_FLOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:  # a folder we cannot lock in: torch's own lock alone, as before
+        yield
+        return
+    try:
+        held = False
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
+                held = True
                 break
             except InterruptedError:  # a signal while waiting: wait on
                 continue
-        with contextlib.suppress(FileNotFoundError):
-            (build_dir / "lock").unlink()
+            except OSError:  # a file system without flocks: torch's own lock alone, as before
+                break
+        if held:
+            with contextlib.suppress(FileNotFoundError):
+                (build_dir / "lock").unlink()
         yield
     finally:
         os.close(fd)  # the flock goes with it
