@@ -27,8 +27,11 @@ class Leftover:
 
 
 def mark_this_run() -> str:
-    """Put this run's token in the environment every process started from now on inherits."""
-    token = os.environ.get(RUN_VAR) or f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    """Put this pytest process's own token in the environment every process it starts from now on inherits.
+    Never the one it inherited: under pytest-xdist every worker inherits the controller's, so each worker
+    took its siblings (not its descendants) for leftovers and killed them (the H200's `tests` step,
+    session 18: 18 failures, every worker "node down")."""
+    token = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
     os.environ[RUN_VAR] = token
     return token
 

@@ -53,3 +53,21 @@ def test_an_orphan_that_ends_within_the_grace_is_not_reported() -> None:
     out = subprocess.run(["sh", "-c", "sleep 1 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True, check=True)
     assert int(out.stdout) in {p.pid for p in leftover_processes.find(RUN_TOKEN)}
     assert leftover_processes.reap(RUN_TOKEN) == []
+
+
+def test_a_sibling_pytest_process_is_not_a_leftover() -> None:
+    """pytest-xdist's workers are siblings that inherit their controller's environment: a process that
+    inherited the token this process inherited (not one it made) is another run's, never killed here."""
+    inherited = os.environ[leftover_processes.RUN_VAR]
+    try:
+        mine = leftover_processes.mark_this_run()
+        assert mine != inherited
+        sibling = subprocess.run(["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True,
+                                 check=True, env={**os.environ, leftover_processes.RUN_VAR: inherited})
+        pid = int(sibling.stdout)
+        try:
+            assert pid not in {p.pid for p in leftover_processes.find(mine)}
+        finally:
+            os.kill(pid, 9)
+    finally:
+        os.environ[leftover_processes.RUN_VAR] = inherited
