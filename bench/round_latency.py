@@ -228,7 +228,9 @@ async def one_round(ev: Evaluator, prof: Profiler, task: Task, cand: Candidate, 
     profile_own = profiled_at[0] - t0
     await ev.settle()  # the evaluation's worker, exiting in the background meanwhile: how long it took
     row = phase_row(result, eval_wall, profile_wall)
-    return {"outcome": result.outcome, "profile_own_s": round(profile_own, 4),  # its whole wall, begun with the evaluation "message": result.message, "profile_ok": profile.ok, "exit_s": ev.last_exit_s,
+    return {"outcome": result.outcome,
+            "profile_own_s": round(profile_own, 4),  # its whole wall, begun with the evaluation
+            "message": result.message, "profile_ok": profile.ok, "exit_s": ev.last_exit_s,
             "profile_error": profile.error_kind, "profile_message": profile.message[:200],
             "kernels_profiled": len(profile.kernels), "phases": row, "worker_phases": result.phases,
             "profile_worker_phases": profile.worker_phases, "spawn_parts": spawn_parts(result, eval_wall),

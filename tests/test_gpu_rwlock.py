@@ -300,10 +300,10 @@ def _logged_worker(tmp_path: Path, *job: object) -> tuple[dict, list[tuple[str, 
     return result, [(event, kind, step) for _, pid, event, kind, step in rows if int(pid) == worker.pid]
 
 
-def test_a_finished_evaluation_lets_the_gpu_go_before_it_frees_its_memory(tmp_path: Path) -> None:
+def test_a_finished_evaluation_lets_the_gpu_go_before_its_host_buffers_are_trimmed(tmp_path: Path) -> None:
     """A real worker (CPU device; after its timed window it holds the lock as a reader through the shape check)
-    drops its last hold once its report is written, before its memory is freed and the process ends: a
-    window waiting meanwhile waits for none of that (the lock log, CUDAFORGE_LOCK_LOG, in step order)."""
+    drops its last hold once its report is written and its device memory freed, before its page-locked host
+    buffers are trimmed and the process ends (the lock log, CUDAFORGE_LOCK_LOG, in step order)."""
     result, mine = _logged_worker(tmp_path)
     assert ("got", rwlock.WRITE, "timing.events") in mine or ("got", rwlock.WRITE, "timing_wait") in mine, mine
     assert mine[-1] == ("drop", rwlock.READ, "done.release"), mine[-4:]
@@ -313,7 +313,7 @@ def test_a_finished_evaluation_lets_the_gpu_go_before_it_frees_its_memory(tmp_pa
 def test_the_kernel_check_and_the_end_hold_no_gpu_for_host_work(tmp_path: Path, gpu_options: object) -> None:
     """A real evaluation on the GPU (the relu example, nvrtc): the kernel check lets its read hold go once its
     profiled call is over and takes it back after the profiler's records are read (the stop and the reading
-    are host work), and the evaluation's last drop comes before its memory is freed."""
+    are host work), and the evaluation's last drop is its release's."""
     examples = Path(__file__).parent.parent / "examples" / "relu"
     result, mine = _logged_worker(tmp_path, gpu_options, examples / "task.py", examples / "nvrtc.py")
     k = mine.index(("drop", rwlock.READ, "kernels"))

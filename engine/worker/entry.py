@@ -86,34 +86,18 @@ def main(argv: list[str]) -> int:
     _exit(job.mode)
 
 
-def _let_the_gpu_go() -> None:
-    """The evaluation is over and its report written: its hold goes now (after a device sync), before its memory
-    is freed (a full garbage collection, the allocator's cache and the page-locked host buffers given back):
-    that is host and driver work, no kernel of ours, as the process's own exit is. Held through it, a finished
-    evaluation was the last reader 42 timed windows waited for in the H200 sweep (38 s of their waits; session
-    16's lock log). The memory reservation stays until the memory is freed (pipeline.release_gpu). After the
-    report, not before it: a sync that never returns must not cost the result."""
-    from cudaforge.engine.worker.harness import sub_phase
-
-    with contextlib.suppress(Exception), sub_phase("release"):
-        from cudaforge.engine.worker import gpu_share
-
-        gpu_share.release_hold()
-
-
 def _exit(mode: str) -> None:
     """Leave the GPU and end the process at once, skipping interpreter teardown (candidate extensions or
     CUDA state may hang or crash in destructors).
 
-    An evaluation lets its GPU hold go (_let_the_gpu_go), then frees its device memory before its memory
-    reservation goes (else both go at exit). A profile exits straight away: ncu prints its report only once
+    An evaluation frees its device memory under its GPU hold, lets the hold go, gives its page-locked host
+    buffers back and then its memory reservation (pipeline.release_gpu; else all go at exit). A profile exits straight away: ncu prints its report only once
     this process is gone, so every step here is on the round's path, and the exit itself does what
     release_gpu would (after the final synchronize of the profiled range no device work is queued): the
     kernel drops this process's flocks (the GPU turn) with its open files, the driver frees its memory with
     them, and its memory reservation counts until it is a zombie (engine/gpu/lock.py process_alive), i.e.
     until its device files are closed."""
     if mode != "profile":
-        _let_the_gpu_go()
         with contextlib.suppress(Exception):
             from cudaforge.engine.worker import pipeline
 

@@ -684,10 +684,10 @@ def release_if_large() -> None:
         release()
 
 
-def release(full: bool = False) -> None:
+def release(full: bool = False, host_buffers: bool = True) -> None:
     """Give cached device memory back to the driver: called between steps that hold large tensors and
-    (`full`: every generation collected) before the worker lets the GPU lock go (the next evaluation
-    must find the card free)."""
+    (`full`: every generation collected, and with `host_buffers` the page-locked host buffers trimmed)
+    before the worker lets the GPU lock go (the next evaluation must find the card free)."""
     import torch
 
     if torch.cuda.is_available() and torch.cuda.is_initialized():  # host memory is freed by refcounts
@@ -696,7 +696,7 @@ def release(full: bool = False) -> None:
         gc.collect() if full else gc.collect(1)
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
-        if full:
+        if full and host_buffers:
             from cudaforge.engine.worker.host_buffers import POOL
 
             POOL.trim()

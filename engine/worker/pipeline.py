@@ -932,13 +932,21 @@ def _grow_host(job: EvalJob, mem: dict[str, Any], extra: int) -> None:
 
 
 def release_gpu() -> None:
-    """Free this worker's device memory, then let the GPU lock (where still held: an evaluation lets it go
-    first, entry._let_the_gpu_go) and the memory reservation go. Memory the candidate still holds (a module-level cache) goes
-    with the process: the reservation then stays until the worker exits (a dead process's reservation is
-    dropped)."""
-    memory.release(full=True)
-    if memory.held_bytes() > memory.SLACK_BYTES // 4:
+    """Free this worker's device memory under its GPU hold, let the hold go, give the page-locked host buffers
+    back, then the memory reservation. Freeing device memory changes other processes' kernel times (another
+    process's 2 GiB cudaMalloc/cudaFree loop made the gelu example's timed calls 10.8 % slower on the H200,
+    bench/window_disturbance.py), so it stays inside the hold; unlocking host memory changed nothing there,
+    and the trim of large buffers is slow, so it runs after. Memory the candidate still holds (a module-level
+    cache) goes with the process: the reservation then stays until the worker exits (a dead process's
+    reservation is dropped)."""
+    from cudaforge.engine.worker.host_buffers import POOL
+
+    memory.release(full=True, host_buffers=False)
+    with sub_phase("release"):  # the lock log's label of this last drop
         gpu_share.release_hold()
+    with contextlib.suppress(Exception):
+        POOL.trim()
+    if memory.held_bytes() > memory.SLACK_BYTES // 4:
         return
     gpu_share.release_all()
 
