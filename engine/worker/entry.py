@@ -91,12 +91,12 @@ def _exit(mode: str) -> None:
     CUDA state may hang or crash in destructors).
 
     An evaluation frees its device memory under its GPU hold, lets the hold go, gives its page-locked host
-    buffers back and then its memory reservation (pipeline.release_gpu; else all go at exit). A profile exits straight away: ncu prints its report only once
-    this process is gone, so every step here is on the round's path, and the exit itself does what
-    release_gpu would (after the final synchronize of the profiled range no device work is queued): the
-    kernel drops this process's flocks (the GPU turn) with its open files, the driver frees its memory with
-    them, and its memory reservation counts until it is a zombie (engine/gpu/lock.py process_alive), i.e.
-    until its device files are closed."""
+    buffers back and then its memory reservation (pipeline.release_gpu; else all go at exit). A profile
+    exits straight away: ncu prints its report only once this process is gone, so every step here is on the
+    round's path, and the exit itself does what release_gpu would (after the final synchronize of the
+    profiled range no device work is queued): the kernel drops this process's flocks (the GPU turn) with its
+    open files, the driver frees its memory with them, and its memory reservation counts until it is a zombie
+    (engine/gpu/lock.py process_alive), i.e. until its device files are closed."""
     if mode != "profile":
         with contextlib.suppress(Exception):
             from cudaforge.engine.worker import pipeline

@@ -124,7 +124,7 @@ class BuildRecorder:
 
         def load_inline(name: str, cpp_sources: Any, cuda_sources: Any = None, *args: Any, **kwargs: Any) -> Any:
             build_dir = recorder.build_dir_for(name, cpp_sources, cuda_sources, args, kwargs)
-            if build_dir is not None and not kwargs.get("build_directory"):
+            if build_dir is not None:  # None where the call named its own build_directory
                 build_dir.mkdir(parents=True, exist_ok=True)
                 kwargs["build_directory"] = str(build_dir)
                 was_built = any(build_dir.glob("*.so"))

@@ -124,10 +124,9 @@ class Timer:
         # CPU: each callable's total on the timer clock and on an independent clock (checks.clock_findings).
         self.clock_totals: dict[str, tuple[float, float]] = {}
         self.host_order: list[str] = []  # the callables in the order host_times called them
-        # CUDA, the last event_times: per callable, the timed calls the GPU may have waited for the host in
-        # (late_launches), and all of them.
-        self.late_calls: dict[str, int] = {}
-        self.timed_calls: dict[str, int] = {}
+        # CUDA, the last event_times: per callable, one flag per timed call, whether the GPU may have waited
+        # for the host in it (late_launches).
+        self.late_calls: dict[str, list[bool]] = {}
 
     def flush(self) -> None:
         if self.flush_buffer is not None:
@@ -179,8 +178,7 @@ class Timer:
         if max_time_ms > 0 and per_call_ms is not None:  # whether or not min_time_ms is set
             trials = min(trials, max(min(trials, MIN_TRIALS), math.floor(max_time_ms / per_call_ms)))
         samples: dict[str, list[float]] = {n: [] for n in names}
-        self.late_calls = dict.fromkeys(names, 0)
-        self.timed_calls = dict.fromkeys(names, 0)
+        self.late_calls = {n: [] for n in names}
         if hooks is not None:
             hooks.begin(trials)
         # Events are created before the loop: nothing but the call itself sits between start and end.
@@ -205,8 +203,7 @@ class Timer:
                     # The GPU already past the start event once the host has queued the call: it may have
                     # waited for the host's launch inside the timed pair (a host slower than the flush that
                     # covers it, e.g. under load). Asked after the end event is queued: nothing timed waits.
-                    self.late_calls[n] += bool(start_ev.query())
-                    self.timed_calls[n] += 1
+                    self.late_calls[n].append(bool(start_ev.query()))
                 else:
                     m0, t0 = self._mono(), self._perf()
                     out = fns[n]()
@@ -227,7 +224,7 @@ class Timer:
         """Per callable, the share of the last event window's timed calls whose start event the GPU had reached
         before the host finished queuing the call (empty off CUDA): 0 on an idle host whose launches the
         flush covers; near 1 for a call the host cannot queue as fast as the GPU runs it."""
-        return {n: round(self.late_calls[n] / k, 4) for n, k in self.timed_calls.items() if k}
+        return {n: round(sum(flags) / len(flags), 4) for n, flags in self.late_calls.items() if flags}
 
     def host_times(self, fns: dict[str, Callable[[], Any]], trials: int, *, hooks: Any = None,
                    flush: Callable[[], None] | None = None) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
