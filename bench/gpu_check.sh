@@ -16,6 +16,7 @@
 #   PYTHON           the interpreter (python3)
 #   JOBS             evaluations in flight for the sweeps (8); GPU_MEMORY_GB their per-worker cap (24)
 #   SHARD            K/N: only every N-th problem of a sweep, from the K-th (1/1)
+#   FIDELITY_ARGS    more arguments for bench/timing_fidelity.py (e.g. --proc-samples: what ran in a slow window)
 #   ORDER_FROM       earlier sweeps' rows files: the sweeps run the longest problems first by their walls there
 #                    (default: the committed rows of sessions 11 and up, bench/results/*-s1?-*sweep-level*.rows.jsonl,
 #                    and the whole sweeps' of session 15 and up;
@@ -45,6 +46,7 @@ ORDER_FROM=${ORDER_FROM:-$(ls bench/results/*-s1[1-9]-*sweep-level*.rows.jsonl b
 STEP_LIMIT=${STEP_LIMIT:-500}
 STEP_LIMITS=${STEP_LIMITS:-}
 TEST_WORKERS=${TEST_WORKERS:-4}
+FIDELITY_ARGS=${FIDELITY_ARGS:-}
 SITE=${GPU_CHECK_SITE:-/tmp/site}
 export PYTHONUNBUFFERED=1 CUDAFORGE_CACHE_DIR=${CUDAFORGE_CACHE_DIR:-/tmp/cfcache}
 
@@ -185,7 +187,9 @@ step() {
             fi
             printf '%s\t%s\n' "$(status $rc)" "$figures" ;;
         fidelity)
-            run fidelity.log "$STEP_LIMIT" "$PY" bench/timing_fidelity.py --parallel "$JOBS" --json "$OUT/timing_fidelity.json"; rc=$?
+            # shellcheck disable=SC2086
+            run fidelity.log "$STEP_LIMIT" "$PY" bench/timing_fidelity.py --parallel "$JOBS" $FIDELITY_ARGS \
+                --json "$OUT/timing_fidelity.json"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/fidelity.log")" ;;
         adversarial)
             run adversarial.log "$STEP_LIMIT" "$PY" bench/adversarial_table.py --parallel "$JOBS" \

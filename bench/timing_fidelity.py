@@ -7,9 +7,13 @@ median speedup agrees with do_bench's within 5 %, and the 5 engine measurements 
 time spread by at most 3 % (max/min) when the kernel takes 50 µs or longer (shorter: reported only).
 
 Usage: python bench/timing_fidelity.py [--repeats 5] [--tasks relu,softmax] [--parallel 8] [--json OUT]
+                                       [--proc-samples]
 `--parallel N` keeps N evaluations in flight (N evaluators, each with its spare): the timed windows still
 hold the GPU alone (the per-GPU reader/writer lock), everything else of the N runs side by side, so the
-gates then say whether timing stays true under load.
+gates then say whether timing stays true under load. For a missed spread it prints, beside the slowest run's
+clocks, what its timing thread's host did in the window (timing.HostLoad: CPU time, preemptions) against the
+fastest run's; `--proc-samples` also samples every process's CPU time (bench/proc_activity.py) and names the
+processes that ran during the slowest window.
 Engine evaluations run first, do_bench last, so this process holds no CUDA context while the engine's
 workers time (it would be "another process on the GPU").
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime
 import importlib.util
 import json
@@ -30,6 +35,9 @@ from typing import Any
 from cudaforge.engine.candidate import load_candidate
 from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
 from cudaforge.engine.task import load_task
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from proc_activity import ProcessActivity  # noqa: E402  (bench/ is no package)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -112,6 +120,8 @@ def _row(r: Any, wall_s: float) -> dict[str, Any]:
             "measurements": t.measurements if t else None,
             # per side, the share of timed calls the GPU may have waited for the host in (Timer.late_launches)
             "late_launches": dict(t.settings.get("late_launches") or {}) if t else {},
+            # the timing thread's CPU time, preemptions and the machine's runnable threads in the window
+            "host_load": dict(t.settings.get("host_load") or {}) if t else {},
             "findings": [f"{f.severity}:{f.name}" for f in r.findings], "wall_s": wall_s}
 
 
@@ -170,12 +180,15 @@ def summarize(engine: dict[str, list[dict[str, Any]]], bench: dict[str, dict[str
             "time_spread": spread, "speedup_spread": max(speedups) / min(speedups), "spread_gated": gated,
             "spread_ok": (spread <= SPREAD) if gated else None, "runs": len(ok),
             "findings": sorted({f for r in ok for f in r["findings"]}),
-            # the run whose candidate timed slowest, with what the other clocks said of it
-            "slowest_run": {k: max(ok, key=lambda r: r["cand_us"]).get(k) for k in
-                            ("cand_us", "cand_busy_us", "cand_host_us", "ref_us", "ref_busy_us", "measurements",
-                             "late_launches")},
+            # the runs whose candidate timed slowest and fastest, with what the other clocks said of them
+            "slowest_run": {k: max(ok, key=lambda r: r["cand_us"]).get(k) for k in RUN_KEYS},
+            "fastest_run": {k: min(ok, key=lambda r: r["cand_us"]).get(k) for k in RUN_KEYS},
         })
     return rows
+
+
+RUN_KEYS = ("cand_us", "cand_busy_us", "cand_host_us", "ref_us", "ref_busy_us", "measurements", "late_launches",
+            "host_load")
 
 
 def us(value: Any) -> str:
@@ -188,7 +201,27 @@ def _shares(late: dict[str, float] | None) -> str:
     return ", ".join(f"{side} {share:.0%}" for side, share in sorted(late.items())) if late else "-"
 
 
-def table(rows: list[dict[str, Any]]) -> str:
+def host_line(load: dict[str, Any] | None) -> str:
+    """timing.HostLoad of one window in words, "-" where the run had none."""
+    if not load or not load.get("wall_s"):
+        return "-"
+    return (f"timing thread on a CPU {load['cpu_s'] / load['wall_s']:.0%} of the {load['wall_s'] * 1e3:.0f} ms window, "
+            f"{load['involuntary_switches']} preemptions, {load['voluntary_switches']} waits, "
+            f"{load['runnable']} threads runnable at its end")
+
+
+def activity_line(activity: Any, load: dict[str, Any] | None) -> str:
+    """The processes that used the CPUs during one window (bench/proc_activity.py), "" without samples."""
+    if activity is None or not load or not load.get("wall_s"):
+        return ""
+    cores, top = activity.between(load["started_at"], load["started_at"] + load["wall_s"])
+    if not top:
+        return ""
+    named = "; ".join(f"{u.label} (pid {u.pid}) {u.cpu_s:.2f} s" for u in top)
+    return f"\n  CPUs busy then: {cores:.1f} cores; most: {named}"
+
+
+def table(rows: list[dict[str, Any]], activity: Any = None) -> str:
     out = ["| task | engine speedup (median of 5) | do_bench speedup | agree | engine cand µs | do_bench cand µs | "
            "time spread max/min | speedup spread | gated |",
            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -209,7 +242,11 @@ def table(rows: list[dict[str, Any]]) -> str:
         out.append(f"\n{r['task']}, slowest run: candidate events {us(w['cand_us'])} µs, CUPTI busy "
                    f"{us(w['cand_busy_us'])} µs, host-synchronized {us(w['cand_host_us'])} µs; reference events "
                    f"{us(w['ref_us'])} µs, busy {us(w['ref_busy_us'])} µs; windows measured {w['measurements']}; "
-                   f"calls launched late: {_shares(w.get('late_launches'))}")
+                   f"calls launched late: {_shares(w.get('late_launches'))}\n"
+                   f"  host in the slowest run's window: {host_line(w.get('host_load'))}\n"
+                   f"  host in the fastest run's window: {host_line(r['fastest_run'].get('host_load'))}; calls "
+                   f"launched late {_shares(r['fastest_run'].get('late_launches'))}"
+                   f"{activity_line(activity, w.get('host_load'))}")
     return "\n".join(out)
 
 
@@ -221,6 +258,8 @@ def main() -> int:
     ap.add_argument("--cache-dir", default="")
     ap.add_argument("--parallel", type=int, default=1, help="evaluations in flight (1: one at a time)")
     ap.add_argument("--seed", type=int, default=0, help="do_bench's model and input seed (the engine draws its own)")
+    ap.add_argument("--proc-samples", action="store_true",
+                    help="sample every process's CPU time, to name what ran during a slow window (Linux)")
     args = ap.parse_args()
     if args.parallel < 1 or args.repeats < 1:
         print("--parallel and --repeats must be at least 1", file=sys.stderr)
@@ -230,8 +269,10 @@ def main() -> int:
     if args.cache_dir:
         options = EvalOptions(device="cuda", cache_dir=Path(args.cache_dir), spares=1)
     start = time.perf_counter()
-    engine = asyncio.run(engine_runs(tasks, args.repeats, options) if args.parallel == 1
-                         else engine_runs_parallel(tasks, args.repeats, options, args.parallel))
+    with contextlib.ExitStack() as stack:
+        activity = stack.enter_context(ProcessActivity()) if args.proc_samples else None
+        engine = asyncio.run(engine_runs(tasks, args.repeats, options) if args.parallel == 1
+                             else engine_runs_parallel(tasks, args.repeats, options, args.parallel))
     bench = {}
     for name in tasks:
         try:
@@ -239,7 +280,7 @@ def main() -> int:
         except Exception as exc:  # noqa: BLE001 - reported in the table, the others still run
             print(f"do_bench {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
     rows = summarize(engine, bench)
-    print(table(rows))
+    print(table(rows, activity))
     print(f"\n{len(tasks)} tasks × {args.repeats} engine runs ({args.parallel} in flight) + do_bench in {time.perf_counter() - start:.0f} s")
     path = Path(args.json) if args.json else ROOT / "bench" / "results" / \
         f"{datetime.date.today().isoformat()}-timing_fidelity.json"

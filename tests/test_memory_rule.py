@@ -99,6 +99,8 @@ def test_wide_input_evaluation_peaks_within_the_rule(cpu_options: EvalOptions,
     content."""
     result = _own_reference_evaluated("wide_input", cpu_options, monkeypatch)
     assert "flipped in place" in str(result.timing.settings.get("input_rotation")), result.timing.settings
+    load = result.timing.settings["host_load"]  # what the timing thread's host did in the window (timing.HostLoad)
+    assert load["wall_s"] > 0 and load["cpu_s"] >= 0 and load["involuntary_switches"] >= 0, load
     assert not [f for f in result.findings if f.name == "timing_output_mismatch"], result.findings
     m = result.memory
     assert m is not None and m.reference_peak_bytes is not None and m.eval_peak_bytes is not None, m

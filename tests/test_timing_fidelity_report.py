@@ -11,14 +11,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import timing_fidelity  # noqa: E402
 
 
-def _run(cand_us: float, busy_us: float, ref_us: float = 70.3, late: float = 0.0) -> dict:
+def _run(cand_us: float, busy_us: float, ref_us: float = 70.3, late: float = 0.0, cpu_s: float = 0.2,
+         preempted: int = 3) -> dict:
     return {"outcome": "ok", "speedup": ref_us / cand_us, "ref_us": ref_us, "cand_us": cand_us,
             "ref_busy_us": 68.0, "cand_busy_us": busy_us, "ref_host_us": 80.0, "cand_host_us": cand_us + 9,
-            "measurements": 1, "late_launches": {"candidate": late, "reference": 0.0}, "findings": [], "wall_s": 3.0}
+            "measurements": 1, "late_launches": {"candidate": late, "reference": 0.0}, "findings": [], "wall_s": 3.0,
+            "host_load": {"started_at": 1000.0, "wall_s": 0.25, "cpu_s": cpu_s, "involuntary_switches": preempted,
+                          "voluntary_switches": 40, "runnable": 9}}
 
 
 def test_a_missed_spread_names_the_slowest_runs_events_busy_and_host_times() -> None:
-    engine = {"gelu": [_run(110.7, 71.5, late=0.93), *[_run(72.1, 71.0) for _ in range(4)]],
+    engine = {"gelu": [_run(110.7, 71.5, late=0.93, cpu_s=0.1, preempted=210), _run(71.9, 71.0),
+                       *[_run(72.1, 71.0) for _ in range(3)]],
               "relu": [_run(60.0, 58.0) for _ in range(5)]}
     bench = {"gelu": {"ref_us": 70.0, "cand_us": 74.0, "speedup": 70.0 / 74.0},
              "relu": {"ref_us": 57.0, "cand_us": 60.0, "speedup": 57.0 / 60.0}}
@@ -30,4 +34,9 @@ def test_a_missed_spread_names_the_slowest_runs_events_busy_and_host_times() -> 
     assert ("gelu, slowest run: candidate events 110.7 µs, CUPTI busy 71.5 µs, host-synchronized 119.7 µs; "
             "reference events 70.3 µs, busy 68.0 µs; windows measured 1; "
             "calls launched late: candidate 93%, reference 0%") in text
+    # what the timing thread's host did in the slowest window, against the fastest run's
+    assert ("host in the slowest run's window: timing thread on a CPU 40% of the 250 ms window, 210 preemptions, "
+            "40 waits, 9 threads runnable at its end") in text
+    assert ("host in the fastest run's window: timing thread on a CPU 80% of the 250 ms window, 3 preemptions, "
+            "40 waits, 9 threads runnable at its end; calls launched late candidate 0%, reference 0%") in text
     assert "relu, slowest run" not in text  # only a missed spread gets the line

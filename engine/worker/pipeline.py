@@ -676,6 +676,8 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
     late = timer.late_launches()
     if late:  # where the GPU may have waited for our host inside timed calls (timing.Timer.late_launches)
         settings["late_launches"] = late
+    if timer.host_load is not None:  # the timing thread's CPU time and preemptions in that window
+        settings["host_load"] = timer.host_load.as_setting()
     if compiled_note:
         settings["compile_baseline_error"] = compiled_note
     low, high = (r25 / c75 if c75 > 0 else 0.0), (r75 / c25 if c25 > 0 else 0.0)

@@ -8,9 +8,11 @@ patches time.perf_counter or torch.cuda.Event later cannot falsify the numbers.
 from __future__ import annotations
 
 import math
+import resource
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from cudaforge.engine.integrity.evidence import is_noisy
@@ -55,6 +57,61 @@ def until_quiet(measure: Callable[[], dict[str, list[float]]], threshold: float,
         quiet = not is_noisy(stats(samples["reference"], ""), stats(samples["candidate"], ""), threshold)
         if quiet or measurements > retries:
             return samples, measurements
+
+
+@dataclass(frozen=True)
+class HostLoad:
+    """What the timing thread's host did during one event window: whether the window's late launches
+    (Timer.late_launches) came from the thread losing its core to other processes (involuntary switches,
+    CPU time well under the wall) or from a thread that ran all along but ran slowly (CPU time near the
+    wall). `runnable` is the machine's runnable threads at the window's end (/proc/stat, -1 where absent)."""
+
+    started_at: float  # epoch seconds: lines the window up with other processes' activity
+    wall_s: float
+    cpu_s: float  # the timing thread's user + system time
+    involuntary_switches: int  # the scheduler took the core away (another thread wanted it)
+    voluntary_switches: int  # the thread waited (a synchronize, a lock)
+    runnable: int
+
+    def as_setting(self) -> dict[str, float | int]:
+        return {k: round(v, 6) if isinstance(v, float) else v for k, v in asdict(self).items()}
+
+
+def _runnable() -> int:
+    try:
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"procs_running"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return -1
+
+
+_THREAD_USAGE = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
+_WALL = time.time  # the window's place in time only: no measurement is taken from this clock
+
+
+class HostLoadProbe:
+    """Reads the calling thread's rusage at a window's start and end (two syscalls, outside the timed calls)."""
+
+    def __init__(self) -> None:
+        self._start: tuple[float, float, Any] | None = None
+
+    def start(self) -> None:
+        self._start = (_WALL(), time.perf_counter(), resource.getrusage(_THREAD_USAGE))
+
+    def stop(self) -> HostLoad | None:
+        if self._start is None:
+            return None
+        at, t0, r0 = self._start
+        r1, t1 = resource.getrusage(_THREAD_USAGE), time.perf_counter()
+        self._start = None
+        return HostLoad(started_at=at, wall_s=t1 - t0,
+                        cpu_s=(r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime),
+                        involuntary_switches=r1.ru_nivcsw - r0.ru_nivcsw,
+                        voluntary_switches=r1.ru_nvcsw - r0.ru_nvcsw,
+                        runnable=_runnable())
 
 
 class ThreadPin:
@@ -125,8 +182,9 @@ class Timer:
         self.clock_totals: dict[str, tuple[float, float]] = {}
         self.host_order: list[str] = []  # the callables in the order host_times called them
         # CUDA, the last event_times: per callable, one flag per timed call, whether the GPU may have waited
-        # for the host in it (late_launches).
+        # for the host in it (late_launches), and what the host did meanwhile (host_load).
         self.late_calls: dict[str, list[bool]] = {}
+        self.host_load: HostLoad | None = None
 
     def flush(self) -> None:
         if self.flush_buffer is not None:
@@ -179,6 +237,8 @@ class Timer:
             trials = min(trials, max(min(trials, MIN_TRIALS), math.floor(max_time_ms / per_call_ms)))
         samples: dict[str, list[float]] = {n: [] for n in names}
         self.late_calls = {n: [] for n in names}
+        probe = HostLoadProbe()
+        probe.start()
         if hooks is not None:
             hooks.begin(trials)
         # Events are created before the loop: nothing but the call itself sits between start and end.
@@ -216,8 +276,9 @@ class Timer:
                 del out
         if recorded:
             self._sync()
-            for n, start_ev, end_ev in recorded:
-                samples[n].append(start_ev.elapsed_time(end_ev))
+        self.host_load = probe.stop()
+        for n, start_ev, end_ev in recorded:
+            samples[n].append(start_ev.elapsed_time(end_ev))
         return samples
 
     def late_launches(self) -> dict[str, float]:

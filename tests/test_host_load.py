@@ -1,0 +1,81 @@
+"""What a timed window's host did (engine/worker/timing.py HostLoad, bench/proc_activity.py): a thread that
+computes gets its CPU time counted against the wall, one that sleeps does not, and another process that
+burns CPU during an interval is named with its CPU seconds there. Real threads, real processes, /proc."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cudaforge.engine.worker import timing
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import proc_activity  # noqa: E402
+
+linux_only = pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads /proc")
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_a_computing_thread_is_on_a_cpu_for_most_of_its_window_and_a_sleeping_one_is_not() -> None:
+    probe = timing.HostLoadProbe()
+    probe.start()
+    _spin(0.3)
+    busy = probe.stop()
+    probe.start()
+    time.sleep(0.3)
+    idle = probe.stop()
+    assert busy is not None and idle is not None
+    assert busy.wall_s >= 0.3 and idle.wall_s >= 0.3
+    assert busy.cpu_s > 0.5 * busy.wall_s  # the CI machine's 2 cores may preempt it a little
+    assert idle.cpu_s < 0.1 * idle.wall_s
+    assert idle.voluntary_switches >= 1  # a sleep is a wait
+    assert abs(busy.started_at - time.time()) < 5.0
+    setting = busy.as_setting()
+    assert set(setting) == {"started_at", "wall_s", "cpu_s", "involuntary_switches", "voluntary_switches", "runnable"}
+    assert probe.stop() is None  # nothing started: nothing to say
+
+
+@linux_only
+def test_the_runnable_count_is_read_from_the_machine() -> None:
+    assert timing._runnable() >= 1  # this thread runs
+
+
+def test_the_timer_keeps_the_last_windows_host_load() -> None:
+    import torch
+
+    timer = timing.Timer(torch.device("cpu"), False, 0)
+    samples = timer.event_times({"a": lambda: _spin(0.002), "b": lambda: _spin(0.001)}, warmup=1, trials=20)
+    load = timer.host_load
+    assert len(samples["a"]) == 20 and load is not None
+    timed = (sum(samples["a"]) + sum(samples["b"])) / 1e3
+    assert load.wall_s >= timed and load.cpu_s > 0.5 * timed
+
+
+@linux_only
+def test_a_process_burning_cpu_in_an_interval_is_named_with_its_cpu_seconds() -> None:
+    burn = "import time\nend = time.perf_counter() + 0.8\nwhile time.perf_counter() < end: pass\n"
+    with proc_activity.ProcessActivity(interval_s=0.05) as activity:
+        time.sleep(0.2)
+        t0 = time.time()
+        ended = subprocess.Popen([sys.executable, "-c", burn])  # ends within the interval
+        lives = subprocess.Popen([sys.executable, "-c", burn + "time.sleep(1.0)\n"])  # still there after it
+        ended.wait(timeout=30)
+        time.sleep(0.3)
+        t1 = time.time()
+        lives.wait(timeout=30)
+    cores, top = activity.between(t0, t1)
+    by_pid = {u.pid: u for u in top}
+    for child in (ended, lives):
+        assert child.pid in by_pid, top
+        assert by_pid[child.pid].cpu_s >= 0.2  # 0.8 s of spinning, on a machine that may be busy
+        assert "python" in by_pid[child.pid].label.lower()
+    assert cores >= 0.3
+    assert activity.between(t1 + 100, t1 + 101) == (0.0, [])  # no samples after it: nothing to say
