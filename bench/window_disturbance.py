@@ -3,8 +3,9 @@
 A timed window (engine/worker/timing.py) holds the GPU alone; everything else of ours runs side by side as
 a reader, and host work holds nothing (docs/ARCHITECTURE.md, "Sharing the GPU"). Whether a step needs a hold
 is a question of fact: does it change another process's kernel times? This times the gelu example's
-reference and nvrtc candidate the way the window does (256e6-byte flush, start event, call, end event, back
-to back, interleaved) while another process does one thing over and over:
+reference and nvrtc candidate with the window's own timer (engine/worker/timing.py Timer.event_times: the
+flush, start event, call, end event, back to back, interleaved) while another process does one thing over
+and over:
 
 - idle: nothing (measured first and last: the drift between the two is the noise floor);
 - kernel: tiny kernels in its own context, synchronized each time (the positive control: work the lock
@@ -20,7 +21,8 @@ to back, interleaved) while another process does one thing over and over:
   one run of eight started at once, its reference's not).
 
 Per condition: each side's median and p90 event time, their ratios to idle's, the share of calls over 1.1x
-idle's median, and how many times the disturber did its thing during the window.
+idle's median, the share launched late (Timer.late_launches), the timing thread's time on a CPU and its
+preemptions in the window (Timer.host_load), and how many times the disturber did its thing meanwhile.
 
     python bench/window_disturbance.py [--calls 2000] [--only context,alloc] [--json OUT]
     python bench/window_disturbance.py --disturb ACTION --stop FILE --count FILE   # one disturber (internal)
@@ -41,7 +43,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-FLUSH_BYTES = 256_000_000
 ACTIONS = ("kernel", "context", "alloc", "pin", "profiler", "copy", "cpu")
 SLOW = 1.10  # a call over this multiple of idle's median counts as disturbed
 
@@ -164,39 +165,23 @@ class Disturbers:
         self._end()
 
 
-def window(sides: dict[str, Callable[[], Any]], flush: Any, calls: int) -> dict[str, list[float]]:
-    """The timed window's way: flush, start event, call, end event, no synchronize in between; the sides
-    interleaved (their order flipped every round). Samples in ms."""
-    import torch
-
-    names = list(sides)
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(calls * len(names))]
-    for _ in range(20):  # warm, and clocks up
-        for n in names:
-            flush.zero_()
-            sides[n]()
-    torch.cuda.synchronize()
-    order: list[str] = []
-    for i in range(calls):
-        for j, n in enumerate(names if i % 2 == 0 else names[::-1]):
-            flush.zero_()
-            start, end = events[i * len(names) + j]
-            start.record()
-            sides[n]()
-            end.record()
-            order.append(n)
-    torch.cuda.synchronize()
-    samples: dict[str, list[float]] = {n: [] for n in names}
-    for n, (start, end) in zip(order, events, strict=True):
-        samples[n].append(start.elapsed_time(end))
-    return samples
+def window(timer: Any, sides: dict[str, Callable[[], Any]], calls: int) -> dict[str, list[float]]:
+    """The timed window itself (engine/worker/timing.py Timer.event_times: flush, start event, call, end event,
+    no synchronize in between; the sides interleaved, their order flipped every round). Samples in ms; the
+    timer keeps the window's late launches and its host load."""
+    return timer.event_times(sides, warmup=20, trials=calls)
 
 
 def summarize(name: str, samples: dict[str, list[float]], idle: dict[str, float] | None,
-              count: int | None) -> dict[str, Any]:
-    """One condition's row: per side median/p90 (µs), ratios to idle's medians, the share of slow calls."""
+              count: int | None, timer: Any = None) -> dict[str, Any]:
+    """One condition's row: per side median/p90 (µs), ratios to idle's medians, the share of slow calls; with
+    the window's timer, the share of calls launched late and the timing thread's time on a CPU."""
     row: dict[str, Any] = {"condition": name, "disturbances": count}
+    if timer is not None:
+        row["late_launches"] = timer.late_launches()
+        load = timer.host_load
+        row["on_cpu"] = round(load.cpu_s / load.wall_s, 4) if load is not None and load.wall_s > 0 else None
+        row["preemptions"] = load.involuntary_switches if load is not None else None
     for side, s in samples.items():
         med = statistics.median(s)
         p90 = statistics.quantiles(s, n=10)[-1] if len(s) >= 2 else s[0]
@@ -209,7 +194,8 @@ def summarize(name: str, samples: dict[str, list[float]], idle: dict[str, float]
 
 
 def format_table(rows: list[dict[str, Any]], sides: list[str]) -> str:
-    head = ["condition", "done", *[f"{s} {k}" for s in sides for k in ("median µs", "p90 µs", "/idle", "slow")]]
+    head = ["condition", "done", *[f"{s} {k}" for s in sides for k in ("median µs", "p90 µs", "/idle", "slow", "late")],
+            "timer thread on a CPU", "preemptions"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
         if "error" in r:
@@ -218,8 +204,12 @@ def format_table(rows: list[dict[str, Any]], sides: list[str]) -> str:
         cells = [r["condition"], "-" if r.get("disturbances") is None else str(r["disturbances"])]
         for s in sides:
             ratio, slow = r.get(f"{s}_ratio"), r.get(f"{s}_slow_share")
+            late = (r.get("late_launches") or {}).get(s)
             cells += [f"{r[f'{s}_median_us']:.1f}", f"{r[f'{s}_p90_us']:.1f}",
-                      "-" if ratio is None else f"{ratio:.3f}", "-" if slow is None else f"{slow:.1%}"]
+                      "-" if ratio is None else f"{ratio:.3f}", "-" if slow is None else f"{slow:.1%}",
+                      "-" if late is None else f"{late:.1%}"]
+        on_cpu, preempted = r.get("on_cpu"), r.get("preemptions")
+        cells += ["-" if on_cpu is None else f"{on_cpu:.0%}", "-" if preempted is None else str(preempted)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -249,22 +239,26 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("window_disturbance: no CUDA device", file=sys.stderr)
         return 3
+    from cudaforge.engine.worker import timing
+
     dev = torch.device("cuda")
+    timing.capture_clocks()
+    # The worker's own timer, its flush sized as the worker sizes it (at least do_bench's 256e6 bytes).
+    timer = timing.Timer(dev, True, int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 50 << 20)))
     with torch.no_grad():
         sides = example_sides(args.example)
-        flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device=dev)
-        idle_samples = window(sides, flush, args.calls)
+        idle_samples = window(timer, sides, args.calls)
         idle = {s: statistics.median(v) for s, v in idle_samples.items()}
-        rows = [summarize("idle", idle_samples, None, None)]
+        rows = [summarize("idle", idle_samples, None, None, timer)]
         for action in actions:
             try:
                 with Disturbers(action, (os.cpu_count() or 1) if action == "cpu" else 1) as d:
-                    samples = window(sides, flush, args.calls)
+                    samples = window(timer, sides, args.calls)
             except RuntimeError as exc:  # a disturber that cannot run here: the other conditions still count
                 rows.append({"condition": action, "error": str(exc)})
                 continue
-            rows.append(summarize(action, samples, idle, d.counts))
-        rows.append(summarize("idle again", window(sides, flush, args.calls), idle, None))
+            rows.append(summarize(action, samples, idle, d.counts, timer))
+        rows.append(summarize("idle again", window(timer, sides, args.calls), idle, None, timer))
     print(f"{torch.cuda.get_device_name(dev)}, torch {torch.__version__}, the {args.example} example, "
           f"{args.calls} timed calls per side per condition", flush=True)
     print(format_table(rows, list(sides)), flush=True)

@@ -229,6 +229,12 @@ def checkpoint() -> None:
         fn()
 
 
+def untimed_part(name: str) -> contextlib.AbstractContextManager[None]:
+    """The `part` of a check run with no phase clock (tests, benches): its sub-steps are timed nowhere. The
+    worker passes its `sub_phase` instead, so each sub-step shows among the phases."""
+    return contextlib.nullcontext()
+
+
 # ------------------------------------------------------------------ what launched
 
 

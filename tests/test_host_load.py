@@ -34,7 +34,9 @@ def test_a_computing_thread_is_on_a_cpu_for_most_of_its_window_and_a_sleeping_on
     idle = probe.stop()
     assert busy is not None and idle is not None
     assert busy.wall_s >= 0.3 and idle.wall_s >= 0.3
-    assert busy.cpu_s > 0.5 * busy.wall_s  # the CI machine's 2 cores may preempt it a little
+    assert busy.cpu_s <= busy.wall_s * 1.01
+    # on a CPU all along, unless other threads took the core (a busy 2-core CI machine): then it says so
+    assert busy.cpu_s > 0.9 * busy.wall_s or busy.involuntary_switches > 0, busy
     assert idle.cpu_s < 0.1 * idle.wall_s
     assert idle.voluntary_switches >= 1  # a sleep is a wait
     assert abs(busy.started_at - time.time()) < 5.0
@@ -56,7 +58,8 @@ def test_the_timer_keeps_the_last_windows_host_load() -> None:
     load = timer.host_load
     assert len(samples["a"]) == 20 and load is not None
     timed = (sum(samples["a"]) + sum(samples["b"])) / 1e3
-    assert load.wall_s >= timed and load.cpu_s > 0.5 * timed
+    assert load.wall_s >= timed and 0 < load.cpu_s <= load.wall_s * 1.01
+    assert load.cpu_s > 0.9 * timed or load.involuntary_switches > 0, load
 
 
 @linux_only

@@ -37,15 +37,23 @@ def test_a_conditions_row_compares_each_side_with_idle_and_the_table_shows_it() 
     idle = {"reference": 0.070, "candidate": 0.072}
     samples = {"reference": [0.070] * 90 + [0.071] * 10,  # unchanged
                "candidate": [0.072] * 50 + [0.110] * 50}  # half the calls 53 % slower
-    row = wd.summarize("cpu", samples, idle, count=12)
+    import torch
+    from cudaforge.engine.worker import timing
+
+    timer = timing.Timer(torch.device("cpu"), False, 0)  # a window of its own, on the host clock: its host load
+    timer.event_times({"reference": lambda: sum(range(2000)), "candidate": lambda: sum(range(3000))}, 1, 20)
+    row = wd.summarize("cpu", samples, idle, count=12, timer=timer)
+    assert row["late_launches"] == {}  # no CUDA events here: no launch can be late
+    assert 0 < row["on_cpu"] <= 1.5 and row["preemptions"] >= 0
     assert row["reference_ratio"] == pytest.approx(1.0, abs=0.01) and row["reference_slow_share"] == 0.0
     assert row["candidate_ratio"] == pytest.approx(1.264, abs=0.01) and row["candidate_slow_share"] == 0.5
     assert row["candidate_median_us"] == pytest.approx(91.0) and row["disturbances"] == 12
     table = wd.format_table([wd.summarize("idle", samples, None, None), row], ["reference", "candidate"])
     lines = table.splitlines()
     assert lines[0].startswith("| condition | done | reference median µs")
-    assert lines[2].startswith("| idle | - | 70.0 |") and "| - | - |" in lines[2]
-    assert lines[3].startswith("| cpu | 12 | 70.0 |") and lines[3].endswith("| 1.264 | 50.0% |")
+    assert lines[2].startswith("| idle | - | 70.0 |") and lines[2].endswith("| - | - | - | - | - |")
+    assert lines[3].startswith("| cpu | 12 | 70.0 |")
+    assert lines[3].endswith(f"| 1.264 | 50.0% | - | {row['on_cpu']:.0%} | {row['preemptions']} |")
     failed = wd.format_table([{"condition": "pin", "error": "disturber 'pin' did not start (exit 1)"}],
                              ["reference", "candidate"]).splitlines()[2]
     assert failed.startswith("| pin | disturber 'pin' did not start") and failed.count("|") == lines[3].count("|")

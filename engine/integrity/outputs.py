@@ -8,14 +8,20 @@ reference's are not. torch is imported lazily.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from cudaforge.engine import check_kernels
 from cudaforge.engine.integrity.registry import finding
 from cudaforge.engine.integrity.runtime import flip_in_place
-from cudaforge.engine.observe import common_order, flat_view, paired_pieces, slice_elements, tensor_bytes
+from cudaforge.engine.observe import (
+    common_order,
+    flat_view,
+    paired_pieces,
+    slice_elements,
+    tensor_bytes,
+    untimed_part,
+)
 from cudaforge.engine.results import Finding, Severity
 
 SPARSE_ROUNDS = 3  # sparse same-memory probes of check_cache_reuse, each with its own random mask
@@ -260,7 +266,7 @@ def check_cache_reuse(
     reference_mutates: bool = False,
     park_output: Callable[[list[Any], list[Any]], list[Any]] | None = None,
     host_input_room: Callable[[int], None] | None = None,
-    part: Callable[[str], Any] = lambda name: contextlib.nullcontext(),
+    part: Callable[[str], Any] = untimed_part,
 ) -> list[Finding]:
     """Probe the candidate for results cached across calls; returns findings (empty when clean).
 

@@ -39,6 +39,7 @@ from cudaforge.engine.observe import (
     host_profile,
     slice_elements,
     tensor_bytes,
+    untimed_part,
 )
 from cudaforge.engine.results import Finding, KernelLaunch
 
@@ -381,7 +382,7 @@ class TimedOutputCheck:
         pool = range(max(trials - 1, 0))
         self.sample = set(rng.sample(pool, min(self.samples, len(pool)))) | {trials - 1}
 
-    def prepare(self, part: Callable[[str], Any] = lambda name: contextlib.nullcontext()) -> int:
+    def prepare(self, part: Callable[[str], Any] = untimed_part) -> int:
         """Before the timed window: where the reference leaves its inputs as they were, compute the expected
         output of each input content the timed calls rotate over, once, and move it off the device. Returns
         how many were computed (0: the reference changes its inputs, so each sampled call computes its own,
@@ -393,7 +394,7 @@ class TimedOutputCheck:
         return len(self.prepared)
 
     def _expected_for(self, inputs: list[Any], copy_inputs: bool,
-                      part: Callable[[str], Any] = lambda name: contextlib.nullcontext()
+                      part: Callable[[str], Any] = untimed_part
                       ) -> tuple[list[Any], list[float], bool]:
         """The reference's output for `inputs` (reference numerics), its atols and whether it returned memory
         of its inputs or parameters, the output moved off the device and its device memory poisoned."""

@@ -144,7 +144,7 @@ R = TypeVar("R")
 
 def with_kernel_timer(timer: Any, run: Callable[[Callable[[], None] | None], R],
                       done: Callable[[], None] = lambda: None,
-                      part: Callable[[str], Any] = lambda name: contextlib.nullcontext()
+                      part: Callable[[str], Any] = observe.untimed_part
                       ) -> tuple[R, dict[str, list[float]], str]:
     """`run(flush)` (the host-timed calls, given the flush to use) with CUPTI collecting: (its result,
     name -> busy ms per call, "" or why the timer is absent). `done()` is called once the device work is

@@ -93,22 +93,24 @@ _WALL = time.time  # the window's place in time only: no measurement is taken fr
 
 
 class HostLoadProbe:
-    """Reads the calling thread's rusage at a window's start and end (two syscalls, outside the timed calls)."""
+    """Reads the calling thread's clocks and rusage at a window's start and end (a few syscalls, outside the
+    timed calls)."""
 
     def __init__(self) -> None:
-        self._start: tuple[float, float, Any] | None = None
+        self._start: tuple[float, float, float, Any] | None = None
 
     def start(self) -> None:
-        self._start = (_WALL(), time.perf_counter(), resource.getrusage(_THREAD_USAGE))
+        self._start = (_WALL(), time.perf_counter(), time.thread_time(), resource.getrusage(_THREAD_USAGE))
 
     def stop(self) -> HostLoad | None:
         if self._start is None:
             return None
-        at, t0, r0 = self._start
-        r1, t1 = resource.getrusage(_THREAD_USAGE), time.perf_counter()
+        at, t0, c0, r0 = self._start
+        # The thread's CPU clock, not rusage's times: those advance by scheduler ticks (ms), too coarse for a
+        # window of tens of ms; rusage gives the switch counts.
+        r1, c1, t1 = resource.getrusage(_THREAD_USAGE), time.thread_time(), time.perf_counter()
         self._start = None
-        return HostLoad(started_at=at, wall_s=t1 - t0,
-                        cpu_s=(r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime),
+        return HostLoad(started_at=at, wall_s=t1 - t0, cpu_s=c1 - c0,
                         involuntary_switches=r1.ru_nivcsw - r0.ru_nivcsw,
                         voluntary_switches=r1.ru_nvcsw - r0.ru_nvcsw,
                         runnable=_runnable())
