@@ -207,9 +207,6 @@ def preload_counting() -> None:
 def run(args: list[str]) -> int:
     """The worker's command line after `python -m cudaforge.engine.worker` (see __main__.py): a spare, or one
     job's spec file. The zygote's forked spares run it in-process."""
-    from cudaforge.engine.worker import cpu_share
-
-    cpu_share.start_worker()  # one core set apart for timed windows (before builds and thread pools start)
     if len(args) >= 1 and args[0] == "--spare":
         extra = args[4:]
         lock = extra[extra.index("--lock") + 1] if "--lock" in extra[:-1] else None

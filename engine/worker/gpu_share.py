@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from cudaforge.engine.gpu import rwlock
-from cudaforge.engine.worker import cpu_share
 from cudaforge.engine.worker.harness import current_phase, current_step, phase
 
 _STATE: dict[str, Any] = {"hold": None, "reservation": None, "host_reservation": None, "shared_s": 0.0,
@@ -50,8 +49,6 @@ def _switch(lock_path: str | None, kind: str, wait_phase: str) -> None:
         elif _STATE["window_ahead"] == lock_path:
             announce_job(lock_path)  # still preparing a window (window_ahead): spares still wait
     _STATE["since"] = time.monotonic()
-    if kind == WRITE:
-        cpu_share.enter_window()  # the timing thread onto the core no other worker runs on
     if resume and resume != wait_phase:
         phase(resume)  # the wait is its own phase; what follows belongs to the step that asked
 
@@ -189,8 +186,6 @@ def release_hold() -> None:
     key = "exclusive_s" if hold.kind == "write" else "shared_s"
     _STATE[key] += time.monotonic() - _STATE["since"]
     hold.release()
-    if hold.kind == "write":
-        cpu_share.leave_window()
 
 
 def reserve(lock_path: str | None, nbytes: int, budget: Any, label: str = "") -> None:
