@@ -201,13 +201,19 @@ def _shares(late: dict[str, float] | None) -> str:
     return ", ".join(f"{side} {share:.0%}" for side, share in sorted(late.items())) if late else "-"
 
 
+def _shares_us(values: dict[str, float] | None) -> str:
+    return ", ".join(f"{side} {v:.1f}" for side, v in sorted(values.items())) if values else "-"
+
+
 def host_line(load: dict[str, Any] | None) -> str:
     """timing.HostLoad of one window in words, "-" where the run had none."""
     if not load or not load.get("wall_s"):
         return "-"
     return (f"timing thread on a CPU {load['cpu_s'] / load['wall_s']:.0%} of the {load['wall_s'] * 1e3:.0f} ms window, "
             f"{load['involuntary_switches']} preemptions, {load['voluntary_switches']} waits, "
-            f"{load['runnable']} threads runnable at its end")
+            f"{load['runnable']} threads runnable at its end, {load.get('system_s', 0) * 1e3:.0f} ms in the kernel, "
+            f"{load.get('device_maps', -1)} allocator device maps; host µs from flush to end event queued: "
+            f"{_shares_us(load.get('queue_us'))}")
 
 
 def activity_line(activity: Any, load: dict[str, Any] | None) -> str:

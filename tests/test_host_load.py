@@ -41,7 +41,9 @@ def test_a_computing_thread_is_on_a_cpu_for_most_of_its_window_and_a_sleeping_on
     assert idle.voluntary_switches >= 1  # a sleep is a wait
     assert abs(busy.started_at - time.time()) < 5.0
     setting = busy.as_setting()
-    assert set(setting) == {"started_at", "wall_s", "cpu_s", "involuntary_switches", "voluntary_switches", "runnable"}
+    assert set(setting) == {"started_at", "wall_s", "cpu_s", "involuntary_switches", "voluntary_switches", "runnable",
+                            "system_s", "device_maps", "queue_us"}
+    assert busy.device_maps == -1 and 0 <= busy.system_s <= busy.cpu_s + 0.02  # no allocator counted here
     assert probe.stop() is None  # nothing started: nothing to say
 
 
@@ -60,6 +62,7 @@ def test_the_timer_keeps_the_last_windows_host_load() -> None:
     timed = (sum(samples["a"]) + sum(samples["b"])) / 1e3
     assert load.wall_s >= timed and 0 < load.cpu_s <= load.wall_s * 1.01
     assert load.cpu_s > 0.9 * timed or load.involuntary_switches > 0, load
+    assert load.device_maps == -1  # the CPU device: no caching allocator of device memory
 
 
 @linux_only

@@ -156,6 +156,8 @@ def test_gpu_a_call_the_host_queues_slower_than_the_gpu_runs_it_is_counted_late(
     # its host ran all along (it spins): late from a slow call, not from losing the core (timing.HostLoad)
     load = r.timing.settings["host_load"]
     assert load["cpu_s"] > 0.5 * load["wall_s"] > 0, load
+    assert load["device_maps"] >= 0, load  # counted on CUDA (the allocator's device maps in the window)
+    assert load["queue_us"]["candidate"] > 300, load  # its 0.3 ms host spin lies between flush and end event
 
 
 def test_the_exclusive_hold_goes_before_cupti_stops(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,6 +7,7 @@ patches time.perf_counter or torch.cuda.Event later cannot falsify the numbers.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import resource
 import statistics
@@ -64,7 +65,8 @@ class HostLoad:
     """What the timing thread's host did during one event window: whether the window's late launches
     (Timer.late_launches) came from the thread losing its core to other processes (involuntary switches,
     CPU time well under the wall) or from a thread that ran all along but ran slowly (CPU time near the
-    wall). `runnable` is the machine's runnable threads at the window's end (/proc/stat, -1 where absent)."""
+    wall), and then whether in the kernel (`system_s`: driver calls) and in allocator maps (`device_maps`).
+    `runnable` is the machine's runnable threads at the window's end (/proc/stat, -1 where absent)."""
 
     started_at: float  # epoch seconds: lines the window up with other processes' activity
     wall_s: float
@@ -72,8 +74,14 @@ class HostLoad:
     involuntary_switches: int  # the scheduler took the core away (another thread wanted it)
     voluntary_switches: int  # the thread waited (a synchronize, a lock)
     runnable: int
+    system_s: float = 0.0  # of cpu_s, in the kernel (rusage: by scheduler ticks, a few ms)
+    device_maps: int = -1  # the caching allocator's device allocations and frees (cudaMalloc/cuMemMap and
+    # their undoing) in the window: each is a driver call on the launch path; -1 off CUDA
+    # per callable, the median host time from the flush's launch to the end event's (CUDA): over the flush's
+    # GPU time (tens of µs), the GPU waits for the call's launch inside the timed pair
+    queue_us: dict[str, float] = dataclasses.field(default_factory=dict)
 
-    def as_setting(self) -> dict[str, float | int]:
+    def as_setting(self) -> dict[str, Any]:
         return {k: round(v, 6) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
 
@@ -92,25 +100,37 @@ _THREAD_USAGE = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
 _WALL = time.time  # the window's place in time only: no measurement is taken from this clock
 
 
+def _device_maps() -> int:
+    """The caching allocator's device allocation and free calls so far (this process, current device)."""
+    import torch
+
+    stats = torch.cuda.memory_stats()
+    return int(stats.get("num_device_alloc", 0)) + int(stats.get("num_device_free", 0))
+
+
 class HostLoadProbe:
     """Reads the calling thread's clocks and rusage at a window's start and end (a few syscalls, outside the
     timed calls)."""
 
-    def __init__(self) -> None:
-        self._start: tuple[float, float, float, Any] | None = None
+    def __init__(self, device_maps: Callable[[], int] | None = None) -> None:
+        self._start: tuple[float, float, float, Any, int] | None = None
+        self._maps = device_maps
 
     def start(self) -> None:
-        self._start = (_WALL(), time.perf_counter(), time.thread_time(), resource.getrusage(_THREAD_USAGE))
+        maps = self._maps() if self._maps is not None else -1
+        self._start = (_WALL(), time.perf_counter(), time.thread_time(), resource.getrusage(_THREAD_USAGE), maps)
 
     def stop(self) -> HostLoad | None:
         if self._start is None:
             return None
-        at, t0, c0, r0 = self._start
+        at, t0, c0, r0, m0 = self._start
         # The thread's CPU clock, not rusage's times: those advance by scheduler ticks (ms), too coarse for a
         # window of tens of ms; rusage gives the switch counts.
         r1, c1, t1 = resource.getrusage(_THREAD_USAGE), time.thread_time(), time.perf_counter()
+        maps = self._maps() - m0 if self._maps is not None else -1
         self._start = None
-        return HostLoad(started_at=at, wall_s=t1 - t0, cpu_s=c1 - c0,
+        return HostLoad(started_at=at, wall_s=t1 - t0, cpu_s=c1 - c0, system_s=r1.ru_stime - r0.ru_stime,
+                        device_maps=maps,
                         involuntary_switches=r1.ru_nivcsw - r0.ru_nivcsw,
                         voluntary_switches=r1.ru_nvcsw - r0.ru_nvcsw,
                         runnable=_runnable())
@@ -239,7 +259,7 @@ class Timer:
             trials = min(trials, max(min(trials, MIN_TRIALS), math.floor(max_time_ms / per_call_ms)))
         samples: dict[str, list[float]] = {n: [] for n in names}
         self.late_calls = {n: [] for n in names}
-        probe = HostLoadProbe()
+        probe = HostLoadProbe(_device_maps if self.cuda else None)
         probe.start()
         if hooks is not None:
             hooks.begin(trials)
@@ -247,11 +267,13 @@ class Timer:
         events = [(self._event(enable_timing=True), self._event(enable_timing=True))
                   for _ in range(trials * len(names))] if self.cuda else []
         recorded: list[tuple[str, Any, Any]] = []
+        queued_s: dict[str, list[float]] = {n: [] for n in names}  # host: flush launch to end event queued
         for i in range(trials):
             order = names if i % 2 == 0 else names[::-1]
             for j, n in enumerate(order):
                 if hooks is not None:
                     hooks.before(n)
+                queue_start = self._perf()
                 self.flush()
                 if self.cuda:
                     # No synchronize between calls: the host queues the next call while the flush runs,
@@ -261,6 +283,7 @@ class Timer:
                     start_ev.record()
                     out = fns[n]()
                     end_ev.record()
+                    queued_s[n].append(self._perf() - queue_start)
                     recorded.append((n, start_ev, end_ev))
                     # The GPU already past the start event once the host has queued the call: it may have
                     # waited for the host's launch inside the timed pair (a host slower than the flush that
@@ -278,7 +301,11 @@ class Timer:
                 del out
         if recorded:
             self._sync()
-        self.host_load = probe.stop()
+        load = probe.stop()
+        if load is not None and recorded:
+            load = dataclasses.replace(load, queue_us={n: round(statistics.median(v) * 1e6, 2)
+                                                       for n, v in queued_s.items() if v})
+        self.host_load = load
         for n, start_ev, end_ev in recorded:
             samples[n].append(start_ev.elapsed_time(end_ev))
         return samples
