@@ -212,8 +212,9 @@ def host_line(load: dict[str, Any] | None) -> str:
     return (f"timing thread on a CPU {load['cpu_s'] / load['wall_s']:.0%} of the {load['wall_s'] * 1e3:.0f} ms window, "
             f"{load['involuntary_switches']} preemptions, {load['voluntary_switches']} waits, "
             f"{load['runnable']} threads runnable at its end, {load.get('system_s', 0) * 1e3:.0f} ms in the kernel, "
-            f"{load.get('device_maps', -1)} allocator device maps; host µs from flush to end event queued: "
-            f"{_shares_us(load.get('queue_us'))}")
+            f"{load.get('device_maps', -1)} allocator device maps, {load.get('steal_s', 0) * 1e3:.0f} ms stolen by "
+            f"the hypervisor, on CPU {load.get('cpu', -1)}; host µs from flush to end event queued: "
+            f"{_shares_us(load.get('queue_us'))}; per iteration: {_shares_us(load.get('iteration_us'))}")
 
 
 def activity_line(activity: Any, load: dict[str, Any] | None) -> str:

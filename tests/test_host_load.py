@@ -4,6 +4,7 @@ burns CPU during an interval is named with its CPU seconds there. Real threads, 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -42,14 +43,16 @@ def test_a_computing_thread_is_on_a_cpu_for_most_of_its_window_and_a_sleeping_on
     assert abs(busy.started_at - time.time()) < 5.0
     setting = busy.as_setting()
     assert set(setting) == {"started_at", "wall_s", "cpu_s", "involuntary_switches", "voluntary_switches", "runnable",
-                            "system_s", "device_maps", "queue_us"}
+                            "system_s", "device_maps", "queue_us", "iteration_us", "steal_s", "cpu"}
     assert busy.device_maps == -1 and 0 <= busy.system_s <= busy.cpu_s + 0.02  # no allocator counted here
     assert probe.stop() is None  # nothing started: nothing to say
 
 
 @linux_only
-def test_the_runnable_count_is_read_from_the_machine() -> None:
-    assert timing._runnable() >= 1  # this thread runs
+def test_the_machine_and_the_threads_cpu_are_read_from_proc() -> None:
+    runnable, steal = timing._machine()
+    assert runnable >= 1 and steal >= 0.0  # this thread runs
+    assert 0 <= timing._processor() < (os.cpu_count() or 1) * 4
 
 
 def test_the_timer_keeps_the_last_windows_host_load() -> None:
@@ -63,6 +66,9 @@ def test_the_timer_keeps_the_last_windows_host_load() -> None:
     assert load.wall_s >= timed and 0 < load.cpu_s <= load.wall_s * 1.01
     assert load.cpu_s > 0.9 * timed or load.involuntary_switches > 0, load
     assert load.device_maps == -1  # the CPU device: no caching allocator of device memory
+    assert load.queue_us == {}  # no flush and no events on the CPU device
+    # each side's whole iteration, at least its own call (2 ms and 1 ms of spinning)
+    assert load.iteration_us["a"] >= 2000 and load.iteration_us["b"] >= 1000, load
 
 
 @linux_only

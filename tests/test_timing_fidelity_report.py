@@ -18,7 +18,8 @@ def _run(cand_us: float, busy_us: float, ref_us: float = 70.3, late: float = 0.0
             "measurements": 1, "late_launches": {"candidate": late, "reference": 0.0}, "findings": [], "wall_s": 3.0,
             "host_load": {"started_at": 1000.0, "wall_s": 0.25, "cpu_s": cpu_s, "involuntary_switches": preempted,
                           "voluntary_switches": 40, "runnable": 9, "system_s": 0.004, "device_maps": 0,
-                          "queue_us": {"candidate": 31.5, "reference": 22.25}}}
+                          "queue_us": {"candidate": 31.5, "reference": 22.25}, "steal_s": 0.0, "cpu": 5,
+                          "iteration_us": {"candidate": 150.0, "reference": 101.0}}}
 
 
 def test_a_missed_spread_names_the_slowest_runs_events_busy_and_host_times() -> None:
@@ -37,10 +38,11 @@ def test_a_missed_spread_names_the_slowest_runs_events_busy_and_host_times() -> 
             "calls launched late: candidate 93%, reference 0%") in text
     # what the timing thread's host did in the slowest window, against the fastest run's
     assert ("host in the slowest run's window: timing thread on a CPU 40% of the 250 ms window, 210 preemptions, "
-            "40 waits, 9 threads runnable at its end, 4 ms in the kernel, 0 allocator device maps; host µs from flush to "
-            "end event queued: candidate 31.5, reference 22.2") in text
+            "40 waits, 9 threads runnable at its end, 4 ms in the kernel, 0 allocator device maps, 0 ms stolen by the "
+            "hypervisor, on CPU 5; host µs from flush to end event queued: candidate 31.5, reference 22.2; per "
+            "iteration: candidate 150.0, reference 101.0") in text
     assert ("host in the fastest run's window: timing thread on a CPU 80% of the 250 ms window, 3 preemptions, "
-            "40 waits, 9 threads runnable at its end, 4 ms in the kernel, 0 allocator device maps; host µs from "
-            "flush to end event queued: candidate 31.5, reference 22.2; calls launched late candidate 0%, "
-            "reference 0%") in text
+            "40 waits, 9 threads runnable at its end, 4 ms in the kernel, 0 allocator device maps, 0 ms stolen by "
+            "the hypervisor, on CPU 5; host µs from flush to end event queued: candidate 31.5, reference 22.2; per "
+            "iteration: candidate 150.0, reference 101.0; calls launched late candidate 0%, reference 0%") in text
     assert "relu, slowest run" not in text  # only a missed spread gets the line

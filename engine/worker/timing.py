@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import resource
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from cudaforge.engine.integrity.evidence import is_noisy
@@ -80,20 +82,44 @@ class HostLoad:
     # per callable, the median host time from the flush's launch to the end event's (CUDA): over the flush's
     # GPU time (tens of µs), the GPU waits for the call's launch inside the timed pair
     queue_us: dict[str, float] = dataclasses.field(default_factory=dict)
+    # per callable, the median host time of its whole iteration (our hooks, the flush, the call, the events):
+    # over the flush's and the call's GPU time together, the host cannot get ahead and every launch is late
+    iteration_us: dict[str, float] = dataclasses.field(default_factory=dict)
+    steal_s: float = 0.0  # all CPUs' time stolen by a hypervisor in the window (a virtual machine's host)
+    cpu: int = -1  # the CPU the thread ran on at the window's end
 
     def as_setting(self) -> dict[str, Any]:
         return {k: round(v, 6) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
 
-def _runnable() -> int:
+def _machine() -> tuple[int, float]:
+    """(runnable threads, seconds stolen from all CPUs by the hypervisor so far) from /proc/stat; (-1, 0.0)
+    where it cannot be read. Steal is time a virtual CPU wanted to run and its host ran something else:
+    the guest's own clocks do not see it."""
+    runnable, steal = -1, 0.0
     try:
         with open("/proc/stat", "rb") as f:
             for line in f:
-                if line.startswith(b"procs_running"):
-                    return int(line.split()[1])
+                if line.startswith(b"cpu "):
+                    fields = line.split()
+                    steal = int(fields[8]) / _TICKS_PER_S if len(fields) > 8 else 0.0
+                elif line.startswith(b"procs_running"):
+                    runnable = int(line.split()[1])
     except (OSError, ValueError, IndexError):
         pass
-    return -1
+    return runnable, steal
+
+
+def _processor() -> int:
+    """The CPU this thread last ran on (/proc/thread-self/stat's field 39), -1 where unknown."""
+    try:
+        raw = Path("/proc/thread-self/stat").read_bytes()
+        return int(raw[raw.rfind(b")") + 2:].split()[36])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 _THREAD_USAGE = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
@@ -108,6 +134,10 @@ def _device_maps() -> int:
     return int(stats.get("num_device_alloc", 0)) + int(stats.get("num_device_free", 0))
 
 
+def _median_us(seconds: dict[str, list[float]]) -> dict[str, float]:
+    return {n: round(statistics.median(v) * 1e6, 2) for n, v in seconds.items() if v}
+
+
 class HostLoadProbe:
     """Reads the calling thread's clocks and rusage at a window's start and end (a few syscalls, outside the
     timed calls)."""
@@ -115,9 +145,11 @@ class HostLoadProbe:
     def __init__(self, device_maps: Callable[[], int] | None = None) -> None:
         self._start: tuple[float, float, float, Any, int] | None = None
         self._maps = device_maps
+        self._steal = 0.0
 
     def start(self) -> None:
         maps = self._maps() if self._maps is not None else -1
+        self._steal = _machine()[1]
         self._start = (_WALL(), time.perf_counter(), time.thread_time(), resource.getrusage(_THREAD_USAGE), maps)
 
     def stop(self) -> HostLoad | None:
@@ -128,12 +160,13 @@ class HostLoadProbe:
         # window of tens of ms; rusage gives the switch counts.
         r1, c1, t1 = resource.getrusage(_THREAD_USAGE), time.thread_time(), time.perf_counter()
         maps = self._maps() - m0 if self._maps is not None else -1
+        runnable, steal = _machine()
         self._start = None
         return HostLoad(started_at=at, wall_s=t1 - t0, cpu_s=c1 - c0, system_s=r1.ru_stime - r0.ru_stime,
                         device_maps=maps,
                         involuntary_switches=r1.ru_nivcsw - r0.ru_nivcsw,
                         voluntary_switches=r1.ru_nvcsw - r0.ru_nvcsw,
-                        runnable=_runnable())
+                        runnable=runnable, steal_s=round(steal - self._steal, 4), cpu=_processor())
 
 
 class ThreadPin:
@@ -268,9 +301,11 @@ class Timer:
                   for _ in range(trials * len(names))] if self.cuda else []
         recorded: list[tuple[str, Any, Any]] = []
         queued_s: dict[str, list[float]] = {n: [] for n in names}  # host: flush launch to end event queued
+        iteration_s: dict[str, list[float]] = {n: [] for n in names}  # host: the whole iteration, hooks included
         for i in range(trials):
             order = names if i % 2 == 0 else names[::-1]
             for j, n in enumerate(order):
+                iteration_start = self._perf()
                 if hooks is not None:
                     hooks.before(n)
                 queue_start = self._perf()
@@ -299,12 +334,12 @@ class Timer:
                 if hooks is not None:
                     hooks.after(n, out)
                 del out
+                iteration_s[n].append(self._perf() - iteration_start)
         if recorded:
             self._sync()
         load = probe.stop()
-        if load is not None and recorded:
-            load = dataclasses.replace(load, queue_us={n: round(statistics.median(v) * 1e6, 2)
-                                                       for n, v in queued_s.items() if v})
+        if load is not None:
+            load = dataclasses.replace(load, queue_us=_median_us(queued_s), iteration_us=_median_us(iteration_s))
         self.host_load = load
         for n, start_ev, end_ev in recorded:
             samples[n].append(start_ev.elapsed_time(end_ev))
