@@ -127,10 +127,11 @@ _WALL = time.time  # the window's place in time only: no measurement is taken fr
 
 
 def _device_maps() -> int:
-    """The caching allocator's device allocation and free calls so far (this process, current device)."""
+    """The caching allocator's device allocation and free calls so far (this process, current device): the
+    nested stats, whose two counters lie at the top (memory_stats would flatten every other one first)."""
     import torch
 
-    stats = torch.cuda.memory_stats()
+    stats = torch.cuda.memory.memory_stats_as_nested_dict()
     return int(stats.get("num_device_alloc", 0)) + int(stats.get("num_device_free", 0))
 
 
@@ -143,19 +144,20 @@ class HostLoadProbe:
     timed calls)."""
 
     def __init__(self, device_maps: Callable[[], int] | None = None) -> None:
-        self._start: tuple[float, float, float, Any, int] | None = None
+        self._start: tuple[float, float, float, Any, int, float] | None = None
         self._maps = device_maps
-        self._steal = 0.0
 
     def start(self) -> None:
         maps = self._maps() if self._maps is not None else -1
-        self._steal = _machine()[1]
-        self._start = (_WALL(), time.perf_counter(), time.thread_time(), resource.getrusage(_THREAD_USAGE), maps)
+        self._start = (_WALL(), time.perf_counter(), time.thread_time(), resource.getrusage(_THREAD_USAGE), maps,
+                       _machine()[1])
 
-    def stop(self) -> HostLoad | None:
+    def stop(self, queue_us: dict[str, float] | None = None,
+             iteration_us: dict[str, float] | None = None) -> HostLoad | None:
+        """The window's HostLoad (None where start() was not called), with the timer's per-call host medians."""
         if self._start is None:
             return None
-        at, t0, c0, r0, m0 = self._start
+        at, t0, c0, r0, m0, steal0 = self._start
         # The thread's CPU clock, not rusage's times: those advance by scheduler ticks (ms), too coarse for a
         # window of tens of ms; rusage gives the switch counts.
         r1, c1, t1 = resource.getrusage(_THREAD_USAGE), time.thread_time(), time.perf_counter()
@@ -166,7 +168,8 @@ class HostLoadProbe:
                         device_maps=maps,
                         involuntary_switches=r1.ru_nivcsw - r0.ru_nivcsw,
                         voluntary_switches=r1.ru_nvcsw - r0.ru_nvcsw,
-                        runnable=runnable, steal_s=round(steal - self._steal, 4), cpu=_processor())
+                        runnable=runnable, steal_s=round(steal - steal0, 4), cpu=_processor(),
+                        queue_us=queue_us or {}, iteration_us=iteration_us or {})
 
 
 class ThreadPin:
@@ -337,10 +340,7 @@ class Timer:
                 iteration_s[n].append(self._perf() - iteration_start)
         if recorded:
             self._sync()
-        load = probe.stop()
-        if load is not None:
-            load = dataclasses.replace(load, queue_us=_median_us(queued_s), iteration_us=_median_us(iteration_s))
-        self.host_load = load
+        self.host_load = probe.stop(_median_us(queued_s), _median_us(iteration_s))
         for n, start_ev, end_ev in recorded:
             samples[n].append(start_ev.elapsed_time(end_ev))
         return samples
