@@ -71,7 +71,8 @@ host-copy|1|gpu|How fast is a 2 GiB device-to-host copy into new memory, a reuse
 peak-trace|2|gpu,kernelbench|Which tensors make one problem's peak (TRACE_PROBLEM, level1/97 by default): cudaforge eval with the allocator's history, bench/peak_trace.py
 ncu-cost|2|gpu|What each ncu metric set costs the round's profile (passes, the worker's profile phase): bench/ncu_cost.py
 event-gap|1|gpu|Where the CUDA events and CUPTI's kernel time part on a short kernel (gelu): bench/event_gap.py
-disturbance|2|gpu|Which of another process's steps (context creation, cudaFree, page-locking, a CUPTI session, copies, host load) change a timed window's kernel times: bench/window_disturbance.py"
+disturbance|2|gpu|Which of another process's steps (context creation, cudaFree, page-locking, a CUPTI session, copies, host load) change a timed window's kernel times: bench/window_disturbance.py
+launch-path|2|gpu|Is a slow launch path (the fidelity misses) a property of the CPU, of the process or of a busy neighbour CPU: bench/launch_path.py"
 
 list_steps() {
     printf '%-16s %-4s %-24s %s\n' step min needs "question"
@@ -261,6 +262,11 @@ step() {
         event-gap)
             run event_gap.log "$STEP_LIMIT" "$PY" bench/event_gap.py --json "$OUT/event_gap.json"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 '^| window | candidate' "$OUT/event_gap.log" | cut -c1-90)" ;;
+        launch-path)
+            # 4 processes (the allocator setting alternated) x every CPU, then busy neighbours of CPUs 0 and 8
+            run launch-path.log "$STEP_LIMIT" "$PY" bench/launch_path.py --processes 4 --alloc-ab --pairs 0,8 \
+                --json "$OUT/launch_path.json"; rc=$?
+            printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 '^spread' "$OUT/launch-path.log" | cut -c1-90)" ;;
         disturbance)
             run disturbance.log "$STEP_LIMIT" "$PY" bench/window_disturbance.py --json "$OUT/window_disturbance.json"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 '^| context' "$OUT/disturbance.log" | cut -c1-90)" ;;

@@ -83,7 +83,8 @@ class HostLoad:
     # GPU time (tens of µs), the GPU waits for the call's launch inside the timed pair
     queue_us: dict[str, float] = dataclasses.field(default_factory=dict)
     # per callable, the median host time of its whole iteration (our hooks, the flush, the call, the events):
-    # over the flush's and the call's GPU time together, the host cannot get ahead and every launch is late
+    # over the flush's and the call's GPU time together the host falls behind and the GPU idles between
+    # calls, but the flush, started on an idle GPU, still covers the launch: lateness is queue_us's alone
     iteration_us: dict[str, float] = dataclasses.field(default_factory=dict)
     steal_s: float = 0.0  # all CPUs' time stolen by a hypervisor in the window (a virtual machine's host)
     cpu: int = -1  # the CPU the thread ran on at the window's end

@@ -1,0 +1,62 @@
+"""bench/launch_path.py off the GPU: fresh processes, one after another, pin their timing thread to each CPU,
+time a window with the worker's own timer and a busy neighbour per pair; the summary names per process and
+per CPU what they measured (the GPU part, the launch path itself, runs in gpu_check's `launch-path` step)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+try:
+    import launch_path
+finally:
+    sys.path.pop(0)
+
+linux_only = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
+
+
+def test_cpu_lists_read_as_ranges() -> None:
+    assert launch_path.parse_cpus("0-3,8") == [0, 1, 2, 3, 8]
+    assert launch_path.parse_cpus("5") == [5]
+    assert launch_path.parse_cpus("") == sorted(os.sched_getaffinity(0))
+
+
+@linux_only
+def test_processes_measure_every_cpu_and_the_pairs_on_the_host_clock(tmp_path: Path, capsys) -> None:
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    out = tmp_path / "lp.json"
+    args = ["--device", "cpu", "--processes", "2", "--cpus", ",".join(map(str, cpus)), "--calls", "20",
+            "--alloc-ab", "--json", str(out)]
+    if len(cpus) == 2:
+        args += ["--pairs", str(cpus[0])]
+    assert launch_path.main(args) == 0
+    data = json.loads(out.read_text())
+    processes = data["processes"]
+    assert len(processes) == 2 and processes[0]["pid"] != processes[1]["pid"]  # fresh processes
+    assert [p["alloc_conf"] for p in processes] == list(launch_path.ALLOC_CONFS)  # alternated
+    for p in processes:
+        assert [r["cpu"] for r in p["rows"]] == cpus
+        for r in p["rows"]:
+            assert r["py_loop_us"] > 0
+            assert set(r["event_us"]) == {"reference", "candidate"} and r["event_us"]["reference"] > 0
+            assert r["queue_us"] == {} and r["late"] == {}  # no flush and no events off the GPU
+            assert 0 < r["on_cpu"] <= 1.05
+    pairs = processes[0]["pairs"]
+    assert len(pairs) == len(cpus) - 1 and all(r["busy_cpu"] != r["cpu"] for r in pairs)
+    assert processes[1]["pairs"] == []  # the busy-neighbour test runs in the first process only
+    printed = capsys.readouterr().out
+    assert "| 0 (pid " in printed and "| 1 (pid " in printed and "(none)" in printed
+    assert "spread (max/min of the medians): process path -, process loop " in printed
+    for cpu in cpus:
+        assert f"\n| {cpu} | " in printed
+
+
+def test_a_bad_cpu_list_is_one_line_and_exit_2(capsys) -> None:
+    assert launch_path.main(["--device", "cpu", "--cpus", "zero"]) == 2
+    assert "--cpus/--pairs must look like 0-3,8" in capsys.readouterr().err
