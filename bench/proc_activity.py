@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from cudaforge.engine.procstat import read_stat
+
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
 
 
@@ -45,15 +47,11 @@ def _read_cpu() -> dict[int, tuple[str, int]]:
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
-        try:
-            raw = Path(f"/proc/{entry.name}/stat").read_bytes()
-        except OSError:
+        stat = read_stat(f"/proc/{entry.name}/stat")
+        if stat is None:
             continue
-        close = raw.rfind(b")")
-        comm = raw[raw.find(b"(") + 1:close].decode(errors="replace")
-        fields = raw[close + 2:].split()
-        try:  # fields after the comm start at the state (field 3): utime is field 14, stime 15
-            out[int(entry.name)] = (comm, int(fields[11]) + int(fields[12]))
+        try:  # utime and stime
+            out[int(entry.name)] = (stat.comm, stat.field(14) + stat.field(15))
         except (IndexError, ValueError):
             continue
     return out

@@ -10,6 +10,8 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from cudaforge.engine.procstat import read_stat
+
 # Every sandboxed process (engine/evaluation/sandbox.py) carries this variable: how our GPU processes are told
 # apart from others' (the lock layer needs it, and must not import the app side of an evaluation).
 MARKER_VAR = "CUDAFORGE_SANDBOX_ID"
@@ -58,9 +60,10 @@ def is_cudaforge_process(pid: int) -> bool:
 def process_start(pid: int) -> str:
     """The start time of `pid` (clock ticks since boot, /proc/PID/stat field 22; "" when unreadable): with
     the pid, it names one process, so a record of a dead process is not taken for a later one with its pid."""
+    stat = read_stat(f"/proc/{pid}/stat")
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[19]
-    except (OSError, IndexError):
+        return stat.text(22) if stat is not None else ""
+    except IndexError:
         return ""
 
 
@@ -72,11 +75,11 @@ def process_alive(pid: int, start: str = "") -> bool:
         return False
     except PermissionError:
         return True
-    with contextlib.suppress(OSError, IndexError):
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
-        if fields[0] == "Z":  # exited, not yet reaped by its supervisor: it no longer holds anything
+    stat = read_stat(f"/proc/{pid}/stat")
+    with contextlib.suppress(IndexError):
+        if stat is not None and stat.text(3) == "Z":  # exited, not yet reaped by its supervisor: holds nothing
             return False
-        if start and fields[19] != start:
+        if stat is not None and start and stat.text(22) != start:
             return False
     return True
 

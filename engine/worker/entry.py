@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from cudaforge.engine.procstat import read_stat
 from cudaforge.engine.worker.failures import CandidateFailure, TaskFailure, with_task_frame
 from cudaforge.engine.worker.harness import (
     current_phase,
@@ -121,10 +122,11 @@ def _typed(report: ReportDraft) -> dict[str, Any]:
 
 def process_age() -> float:
     """Seconds since this process started (the kernel's start time of it; 0.0 where /proc cannot tell)."""
+    stat = read_stat("/proc/self/stat")
     with contextlib.suppress(OSError, IndexError, ValueError):
-        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[-1].split()[19])
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+        if stat is not None:
+            uptime = float(Path("/proc/uptime").read_text().split()[0])
+            return max(0.0, uptime - stat.field(22) / os.sysconf("SC_CLK_TCK"))
     return 0.0
 
 

@@ -15,10 +15,10 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from cudaforge.engine.integrity.evidence import is_noisy
+from cudaforge.engine.procstat import read_stat
 from cudaforge.engine.results import TimingStats
 
 
@@ -113,10 +113,10 @@ def _machine() -> tuple[int, float]:
 
 def _processor() -> int:
     """The CPU this thread last ran on (/proc/thread-self/stat's field 39), -1 where unknown."""
+    stat = read_stat("/proc/thread-self/stat")
     try:
-        raw = Path("/proc/thread-self/stat").read_bytes()
-        return int(raw[raw.rfind(b")") + 2:].split()[36])
-    except (OSError, ValueError, IndexError):
+        return stat.field(39) if stat is not None else -1
+    except (ValueError, IndexError):
         return -1
 
 
