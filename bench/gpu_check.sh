@@ -263,8 +263,9 @@ step() {
             run event_gap.log "$STEP_LIMIT" "$PY" bench/event_gap.py --json "$OUT/event_gap.json"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 '^| window | candidate' "$OUT/event_gap.log" | cut -c1-90)" ;;
         launch-path)
-            # 4 processes (the allocator setting alternated) x every CPU, then busy neighbours of CPUs 0 and 8
-            run launch-path.log "$STEP_LIMIT" "$PY" bench/launch_path.py --processes 4 --alloc-ab --pairs 0,8 \
+            # 8 processes (allocator setting x fresh or forked as the zygote's spares, twice each) x every CPU,
+            # then busy neighbours of CPUs 0 and 8
+            run launch-path.log "$STEP_LIMIT" "$PY" bench/launch_path.py --processes 8 --alloc-ab --fork-ab --pairs 0,8 \
                 --json "$OUT/launch_path.json"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 '^spread' "$OUT/launch-path.log" | cut -c1-90)" ;;
         disturbance)

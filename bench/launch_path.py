@@ -16,10 +16,14 @@ busy loop runs pinned on each other CPU in turn: a CPU whose load slows the wind
 (the guest sees 16 single-thread cores; a hypervisor may place two of them on one physical core).
 
 Reading it: a spread by CPU (some CPUs slow in every process) asks for the timing thread on a fast CPU; a
-spread by process (a process slow on every CPU) asks what differs between processes (the allocator setting
-is alternated between them with `--alloc-ab`); a sibling in the pairs asks to keep it idle in a window.
+spread by process (a process slow on every CPU) asks what differs between processes: the allocator setting
+is alternated between them with `--alloc-ab`, and with `--fork-ab` every other process is forked from this
+one after it imported what the engine's zygote imports (engine/evaluation/zygote.py: torch and the
+evaluation code, never CUDA) instead of started fresh. The misses began with the zygote (session 16: every
+spread of session 15's 8-in-flight run was within 1.0 %). A sibling in the pairs asks to keep it idle.
 
-    python bench/launch_path.py [--processes 4] [--cpus 0-15] [--calls 300] [--pairs 0,8] [--alloc-ab] [--json OUT]
+    python bench/launch_path.py [--processes 4] [--cpus 0-15] [--calls 300] [--pairs 0,8] [--alloc-ab] [--fork-ab]
+                                [--json OUT]
     python bench/launch_path.py --device cpu ...   # the same machinery without a GPU (host clock; no launch path)
 """
 
@@ -32,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -124,7 +129,42 @@ def child(device: str, cpus: list[int], calls: int, pairs: list[int]) -> dict[st
                     busy.kill()
                     busy.wait()
     return {"pid": os.getpid(), "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "rows": rows,
-            "pairs": pair_rows}
+            "pairs": pair_rows, "forked": False}
+
+
+def forked_child(device: str, cpus: list[int], calls: int, pairs: list[int], alloc_conf: str) -> dict[str, Any]:
+    """One process forked from this one (which imported as the zygote does, no CUDA): its rows, through a pipe."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: CUDA is first initialized here, as in a forked spare
+        os.close(read_end)
+        code = 1
+        try:
+            os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)  # the spare's environment is its own again
+            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = alloc_conf
+            with os.fdopen(write_end, "w") as out:
+                out.write(json.dumps({**child(device, cpus, calls, pairs), "forked": True}))
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end) as src:
+        text = src.read()
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0 or not text:
+        raise RuntimeError(f"the forked process {pid} failed (status {status})")
+    return json.loads(text)
+
+
+def zygote_imports(device: str) -> None:
+    """What the engine's zygote imports before it forks a spare (never CUDA: NVML's device count)."""
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+    from cudaforge.engine.worker.entry import preload, preload_counting
+
+    preload(device)
+    preload_counting()
 
 
 def _median(values: list[Any]) -> float | None:
@@ -155,7 +195,8 @@ def summarize(processes: list[dict[str, Any]], side: str = "reference") -> str:
         spreads["process path"].append(_median(paths))
         spreads["process loop"].append(loop)
         extent = f" ({min(paths):.1f}-{max(paths):.1f})" if paths else ""
-        lines.append(f"| {k} (pid {p['pid']}) | {p['alloc_conf'] or '(none)'} | {_fmt(loop)} "
+        how = "forked" if p.get("forked") else "fresh"
+        lines.append(f"| {k} (pid {p['pid']}, {how}) | {p['alloc_conf'] or '(none)'} | {_fmt(loop)} "
                      f"| {_fmt(_median(paths))}{extent} | {_fmt(_median([_side_value(r, 'late', side) for r in rows]))} "
                      f"| {_fmt(_median([_side_value(r, 'event_us', side) for r in rows]))} |")
         for r in rows:
@@ -182,6 +223,14 @@ def summarize(processes: list[dict[str, Any]], side: str = "reference") -> str:
     return "\n".join(lines)
 
 
+def _has_cuda() -> bool:
+    """A CUDA device, asked without initializing CUDA here (NVML's count): forks made later can still use it."""
+    env = {**os.environ, "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+    done = subprocess.run([sys.executable, "-c", "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"],
+                          env=env, capture_output=True, timeout=300)
+    return done.returncode == 0
+
+
 def _ratio(values: list[float | None]) -> str:
     positive = [v for v in values if v is not None and v > 0]
     return f"{max(positive) / min(positive):.2f}x" if positive else "-"
@@ -196,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", default="", help="window CPUs for the busy-neighbour test, e.g. 0,8 (first process)")
     ap.add_argument("--alloc-ab", action="store_true", help="alternate the processes' PYTORCH_CUDA_ALLOC_CONF "
                                                             "between the workers' default and none")
+    ap.add_argument("--fork-ab", action="store_true", help="every other process forked from this one after the "
+                                                           "zygote's imports, the others started fresh")
     ap.add_argument("--json", default="")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -208,23 +259,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(child(args.device, cpus, args.calls, pairs)))
         return 0
-    if args.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            print("launch_path: no CUDA device (--device cpu runs the machinery on the host)", file=sys.stderr)
-            return 3
+    if args.fork_ab:
+        zygote_imports(args.device)  # before any CUDA call in this process: its forks initialize their own
+    if args.device == "cuda" and not _has_cuda():
+        print("launch_path: no CUDA device (--device cpu runs the machinery on the host)", file=sys.stderr)
+        return 3
     processes: list[dict[str, Any]] = []
     for k in range(args.processes):
-        env = dict(os.environ)
-        if args.alloc_ab:
-            env["PYTORCH_CUDA_ALLOC_CONF"] = ALLOC_CONFS[k % 2]
-        else:
-            env.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONFS[0])
+        alloc_conf = ALLOC_CONFS[k % 2] if args.alloc_ab else os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONFS[0])
+        own_pairs = pairs if k == 0 else []
+        if args.fork_ab and (k // (2 if args.alloc_ab else 1)) % 2 == 1:  # each allocator setting both ways
+            try:
+                processes.append(forked_child(args.device, cpus, args.calls, own_pairs, alloc_conf))
+            except RuntimeError as exc:
+                print(f"launch_path: process {k}: {exc}", file=sys.stderr)
+                return 1
+            continue
+        env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": alloc_conf}
+        env.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--device", args.device,
                "--cpus", ",".join(map(str, cpus)), "--calls", str(args.calls)]
-        if pairs and k == 0:
-            cmd += ["--pairs", ",".join(map(str, pairs))]
+        if own_pairs:
+            cmd += ["--pairs", ",".join(map(str, own_pairs))]
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
             print(f"launch_path: process {k} failed (exit {done.returncode}): {done.stderr.strip()[-400:]}",

@@ -122,7 +122,29 @@ def _row(r: Any, wall_s: float) -> dict[str, Any]:
             "late_launches": dict(t.settings.get("late_launches") or {}) if t else {},
             # the timing thread's CPU time, preemptions and the machine's runnable threads in the window
             "host_load": dict(t.settings.get("host_load") or {}) if t else {},
-            "findings": [f"{f.severity}:{f.name}" for f in r.findings], "wall_s": wall_s}
+            "findings": [f"{f.severity}:{f.name}" for f in r.findings], "wall_s": wall_s,
+            "worker": worker_kind(r.phases)}
+
+
+def worker_kind(phases: dict[str, float]) -> str:
+    """How the evaluation's worker started: "forked" from the zygote (engine/evaluation/zygote.py), "exec'd"
+    (a spare started as a new interpreter), "direct" (no spare). The fidelity misses began with the zygote."""
+    if "spare_fork" in phases:
+        return "forked"
+    return "exec'd" if "spare_python_start" in phases else "direct"
+
+
+def late_by_worker(engine: dict[str, list[dict[str, Any]]], share: float = 0.5) -> dict[str, tuple[int, int]]:
+    """Per worker kind: (runs whose either side had at least `share` of its timed calls launched late, runs)."""
+    out: dict[str, tuple[int, int]] = {}
+    for runs in engine.values():
+        for r in runs:
+            if r.get("outcome") != "ok":
+                continue
+            kind = r.get("worker", "-")
+            late, total = out.get(kind, (0, 0))
+            out[kind] = (late + (max((r.get("late_launches") or {}).values(), default=0.0) >= share), total + 1)
+    return out
 
 
 def _import(path: Path, name: str) -> Any:
@@ -188,7 +210,7 @@ def summarize(engine: dict[str, list[dict[str, Any]]], bench: dict[str, dict[str
 
 
 RUN_KEYS = ("cand_us", "cand_busy_us", "cand_host_us", "ref_us", "ref_busy_us", "measurements", "late_launches",
-            "host_load")
+            "host_load", "worker")
 
 
 def us(value: Any) -> str:
@@ -249,10 +271,11 @@ def table(rows: list[dict[str, Any]], activity: Any = None) -> str:
         out.append(f"\n{r['task']}, slowest run: candidate events {us(w['cand_us'])} µs, CUPTI busy "
                    f"{us(w['cand_busy_us'])} µs, host-synchronized {us(w['cand_host_us'])} µs; reference events "
                    f"{us(w['ref_us'])} µs, busy {us(w['ref_busy_us'])} µs; windows measured {w['measurements']}; "
-                   f"calls launched late: {_shares(w.get('late_launches'))}\n"
+                   f"calls launched late: {_shares(w.get('late_launches'))}; worker {w.get('worker', '-')}\n"
                    f"  host in the slowest run's window: {host_line(w.get('host_load'))}\n"
                    f"  host in the fastest run's window: {host_line(r['fastest_run'].get('host_load'))}; calls "
-                   f"launched late {_shares(r['fastest_run'].get('late_launches'))}"
+                   f"launched late {_shares(r['fastest_run'].get('late_launches'))}; worker "
+                   f"{r['fastest_run'].get('worker', '-')}"
                    f"{activity_line(activity, w.get('host_load'))}")
     return "\n".join(out)
 
@@ -288,6 +311,8 @@ def main() -> int:
             print(f"do_bench {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
     rows = summarize(engine, bench)
     print(table(rows, activity))
+    print("\nruns with half or more of a side's timed calls launched late, by worker: " + ", ".join(
+        f"{kind} {late} of {total}" for kind, (late, total) in sorted(late_by_worker(engine).items())))
     print(f"\n{len(tasks)} tasks × {args.repeats} engine runs ({args.parallel} in flight) + do_bench in {time.perf_counter() - start:.0f} s")
     path = Path(args.json) if args.json else ROOT / "bench" / "results" / \
         f"{datetime.date.today().isoformat()}-timing_fidelity.json"

@@ -31,15 +31,16 @@ def test_cpu_lists_read_as_ranges() -> None:
 def test_processes_measure_every_cpu_and_the_pairs_on_the_host_clock(tmp_path: Path, capsys) -> None:
     cpus = sorted(os.sched_getaffinity(0))[:2]
     out = tmp_path / "lp.json"
-    args = ["--device", "cpu", "--processes", "2", "--cpus", ",".join(map(str, cpus)), "--calls", "20",
-            "--alloc-ab", "--json", str(out)]
+    args = ["--device", "cpu", "--processes", "4", "--cpus", ",".join(map(str, cpus)), "--calls", "20",
+            "--alloc-ab", "--fork-ab", "--json", str(out)]
     if len(cpus) == 2:
         args += ["--pairs", str(cpus[0])]
     assert launch_path.main(args) == 0
     data = json.loads(out.read_text())
     processes = data["processes"]
-    assert len(processes) == 2 and processes[0]["pid"] != processes[1]["pid"]  # fresh processes
-    assert [p["alloc_conf"] for p in processes] == list(launch_path.ALLOC_CONFS)  # alternated
+    assert len({p["pid"] for p in processes} | {os.getpid()}) == 5  # a process of its own each
+    assert [p["alloc_conf"] for p in processes] == list(launch_path.ALLOC_CONFS) * 2  # alternated
+    assert [p["forked"] for p in processes] == [False, False, True, True]  # each setting fresh, then forked
     for p in processes:
         assert [r["cpu"] for r in p["rows"]] == cpus
         for r in p["rows"]:
@@ -49,9 +50,9 @@ def test_processes_measure_every_cpu_and_the_pairs_on_the_host_clock(tmp_path: P
             assert 0 < r["on_cpu"] <= 1.05
     pairs = processes[0]["pairs"]
     assert len(pairs) == len(cpus) - 1 and all(r["busy_cpu"] != r["cpu"] for r in pairs)
-    assert processes[1]["pairs"] == []  # the busy-neighbour test runs in the first process only
+    assert all(p["pairs"] == [] for p in processes[1:])  # the busy-neighbour test runs in the first process only
     printed = capsys.readouterr().out
-    assert "| 0 (pid " in printed and "| 1 (pid " in printed and "(none)" in printed
+    assert "| 0 (pid " in printed and ", fresh) |" in printed and ", forked) |" in printed and "(none)" in printed
     assert "spread (max/min of the medians): process path -, process loop " in printed
     for cpu in cpus:
         assert f"\n| {cpu} | " in printed

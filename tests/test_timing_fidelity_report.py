@@ -19,7 +19,7 @@ def _run(cand_us: float, busy_us: float, ref_us: float = 70.3, late: float = 0.0
             "host_load": {"started_at": 1000.0, "wall_s": 0.25, "cpu_s": cpu_s, "involuntary_switches": preempted,
                           "voluntary_switches": 40, "runnable": 9, "system_s": 0.004, "device_maps": 0,
                           "queue_us": {"candidate": 31.5, "reference": 22.25}, "steal_s": 0.0, "cpu": 5,
-                          "iteration_us": {"candidate": 150.0, "reference": 101.0}}}
+                          "iteration_us": {"candidate": 150.0, "reference": 101.0}}, "worker": "forked"}
 
 
 def test_a_missed_spread_names_the_slowest_runs_events_busy_and_host_times() -> None:
@@ -35,7 +35,7 @@ def test_a_missed_spread_names_the_slowest_runs_events_busy_and_host_times() -> 
     text = timing_fidelity.table(list(rows.values()))
     assert ("gelu, slowest run: candidate events 110.7 µs, CUPTI busy 71.5 µs, host-synchronized 119.7 µs; "
             "reference events 70.3 µs, busy 68.0 µs; windows measured 1; "
-            "calls launched late: candidate 93%, reference 0%") in text
+            "calls launched late: candidate 93%, reference 0%; worker forked") in text
     # what the timing thread's host did in the slowest window, against the fastest run's
     assert ("host in the slowest run's window: timing thread on a CPU 40% of the 250 ms window, 210 preemptions, "
             "40 waits, 9 threads runnable at its end, 4 ms in the kernel, 0 allocator device maps, 0 ms stolen by the "
@@ -44,5 +44,17 @@ def test_a_missed_spread_names_the_slowest_runs_events_busy_and_host_times() -> 
     assert ("host in the fastest run's window: timing thread on a CPU 80% of the 250 ms window, 3 preemptions, "
             "40 waits, 9 threads runnable at its end, 4 ms in the kernel, 0 allocator device maps, 0 ms stolen by "
             "the hypervisor, on CPU 5; host µs from flush to end event queued: candidate 31.5, reference 22.2; per "
-            "iteration: candidate 150.0, reference 101.0; calls launched late candidate 0%, reference 0%") in text
+            "iteration: candidate 150.0, reference 101.0; calls launched late candidate 0%, reference 0%; worker "
+            "forked") in text
     assert "relu, slowest run" not in text  # only a missed spread gets the line
+
+
+def test_how_each_worker_started_is_read_from_its_phases_and_late_runs_are_counted_by_it() -> None:
+    assert timing_fidelity.worker_kind({"spare_fork": 0.01, "spare_context": 0.5}) == "forked"
+    assert timing_fidelity.worker_kind({"spare_python_start": 0.08}) == "exec'd"
+    assert timing_fidelity.worker_kind({"start": 0.01}) == "direct"
+    forked_late = {**_run(110.7, 71.5, late=0.93), "worker": "forked"}
+    exec_ok = {**_run(72.0, 71.0), "worker": "exec'd"}
+    failed = {**_run(72.0, 71.0), "outcome": "runtime_error", "worker": "exec'd"}
+    engine = {"gelu": [forked_late, _run(72.1, 71.0), exec_ok, failed]}
+    assert timing_fidelity.late_by_worker(engine) == {"forked": (1, 2), "exec'd": (0, 1)}
