@@ -607,7 +607,7 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
         except Exception as exc:
             compiled_note = f"torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}"
         phase("timing")
-    gpu_share.window_ahead(job.gpu_lock_path)  # from now on idle spares start no warm-up the window waits for
+    gpu_share.window_ahead(job.gpu_lock_path)  # (said before the cache probes already, where they ran)
     with sub_phase("expected"):  # the timed check's expected outputs, side by side, before the window
         output_check.prepare(part=sub_phase)
     gpu_share.write(job.gpu_lock_path)  # the timed window holds the GPU alone (readers drained and synced)
@@ -1051,6 +1051,11 @@ def evaluate(job: EvalJob, report: ReportDraft) -> None:
         findings.append(fallback)
     memory.release()
     observe.checkpoint()
+    # The timed window comes after the probes: from here idle spares start no warm-up it would wait for. Said
+    # at the window's own preparation only, it came ~0.1 s ahead on a small problem: 104 of the H200 sweep's
+    # 250 windows asked for the GPU while a spare's warm-up turn held it (181 context creations, the longest
+    # turn, 1.0 s median), the oldest begun a median 0.56 s before (session 18); the probes add ~0.7 s.
+    gpu_share.window_ahead(job.gpu_lock_path)
     phase("cache_probes")
     findings.extend(check_cache_reuse(
         lambda inp: _run_candidate(model_new, inp, device), lambda inp: _run_reference(model, inp, device),
