@@ -684,6 +684,21 @@ def release_if_large() -> None:
         release()
 
 
+def between_trials() -> None:
+    """What a correctness trial left in reference cycles goes (the young generations: a cycle holding an output
+    would raise the next trial's allocated peak, which the memory rule measures), while the allocator keeps its
+    cached device memory for the next trial, which allocates the same sizes again. Giving it back each time
+    (release) and mapping it again cost up to a second per trial of a GiB-scale task: expandable segments
+    unmap and map it in 20 MiB pieces (the trials' releases were 115 s of the H200 sweep's slot time,
+    3.9 s of level1/100_HingeLoss's 5.1 s of correctness; session 18). The cache stays within what the trial
+    itself reserved at its peak (live small tensors sit in the allocator's small pool, apart from the large
+    one), the memory rule counts allocated bytes, and the cap bounds the cache too: over it, the allocator
+    frees cached blocks before it fails. The step's end releases as before (release_if_large). CUDA only, as
+    release is."""
+    if _cuda():
+        gc.collect(1)
+
+
 def release(full: bool = False, host_buffers: bool = True) -> None:
     """Give cached device memory back to the driver: called between steps that hold large tensors and
     (`full`: every generation collected, and with `host_buffers` the page-locked host buffers trimmed)

@@ -301,7 +301,9 @@ def correctness(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any
                 worst[c.index] = c
         del got, expected, checks, trial
         with sub_phase("release"):
-            memory.release_if_large()
+            memory.between_trials()
+    with sub_phase("release"):
+        memory.release_if_large()  # the step's cached memory goes back before the next step's
     findings.extend(evidence.correctness_findings(mutated, aliased, subclass_types))
     weak = fixed.finding(trials)
     if weak is not None:
