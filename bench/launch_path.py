@@ -32,9 +32,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -44,6 +47,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent
 ALLOC_CONFS = ("expandable_segments:True", "")  # the workers' default (evaluator.ALLOC_CONF), then PyTorch's own
 PY_LOOP_N = 20_000
+FORK_TIMEOUT_S = 600.0
 
 
 def parse_cpus(text: str) -> list[int]:
@@ -133,7 +137,10 @@ def child(device: str, cpus: list[int], calls: int, pairs: list[int]) -> dict[st
 
 
 def forked_child(device: str, cpus: list[int], calls: int, pairs: list[int], alloc_conf: str) -> dict[str, Any]:
-    """One process forked from this one (which imported as the zygote does, no CUDA): its rows, through a pipe."""
+    """One process forked from this one (which imported as the zygote does, no CUDA): its rows, through a pipe.
+    A child that does not answer within FORK_TIMEOUT_S is killed (a lock another thread held at the fork)."""
+    if threading.active_count() > 1:
+        raise RuntimeError("this process runs threads: a fork would copy their locks held (run the bench alone)")
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: CUDA is first initialized here, as in a forked spare
@@ -150,8 +157,20 @@ def forked_child(device: str, cpus: list[int], calls: int, pairs: list[int], all
         finally:
             os._exit(code)
     os.close(write_end)
-    with os.fdopen(read_end) as src:
-        text = src.read()
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + FORK_TIMEOUT_S
+    with os.fdopen(read_end, "rb") as src:
+        while True:
+            ready, _, _ = select.select([src], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise RuntimeError(f"the forked process {pid} gave no result within {FORK_TIMEOUT_S:.0f} s: killed")
+            chunk = os.read(src.fileno(), 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    text = b"".join(chunks).decode()
     _, status = os.waitpid(pid, 0)
     if os.waitstatus_to_exitcode(status) != 0 or not text:
         raise RuntimeError(f"the forked process {pid} failed (status {status})")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -28,14 +29,18 @@ def test_cpu_lists_read_as_ranges() -> None:
 
 
 @linux_only
-def test_processes_measure_every_cpu_and_the_pairs_on_the_host_clock(tmp_path: Path, capsys) -> None:
+def test_processes_measure_every_cpu_and_the_pairs_on_the_host_clock(tmp_path: Path) -> None:
+    """The bench in a process of its own, as gpu_check runs it: its --fork-ab forks that process, which must not
+    be this one (a test process may have threads, whose locks a fork copies held)."""
     cpus = sorted(os.sched_getaffinity(0))[:2]
     out = tmp_path / "lp.json"
     args = ["--device", "cpu", "--processes", "4", "--cpus", ",".join(map(str, cpus)), "--calls", "20",
             "--alloc-ab", "--fork-ab", "--json", str(out)]
     if len(cpus) == 2:
         args += ["--pairs", str(cpus[0])]
-    assert launch_path.main(args) == 0
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "launch_path.py"), *args], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads(out.read_text())
     processes = data["processes"]
     assert len({p["pid"] for p in processes} | {os.getpid()}) == 5  # a process of its own each
@@ -51,7 +56,7 @@ def test_processes_measure_every_cpu_and_the_pairs_on_the_host_clock(tmp_path: P
     pairs = processes[0]["pairs"]
     assert len(pairs) == len(cpus) - 1 and all(r["busy_cpu"] != r["cpu"] for r in pairs)
     assert all(p["pairs"] == [] for p in processes[1:])  # the busy-neighbour test runs in the first process only
-    printed = capsys.readouterr().out
+    printed = done.stdout
     assert "| 0 (pid " in printed and ", fresh) |" in printed and ", forked) |" in printed and "(none)" in printed
     assert "spread (max/min of the medians): process path -, process loop " in printed
     for cpu in cpus:
@@ -61,3 +66,17 @@ def test_processes_measure_every_cpu_and_the_pairs_on_the_host_clock(tmp_path: P
 def test_a_bad_cpu_list_is_one_line_and_exit_2(capsys) -> None:
     assert launch_path.main(["--device", "cpu", "--cpus", "zero"]) == 2
     assert "--cpus/--pairs must look like 0-3,8" in capsys.readouterr().err
+
+
+def test_it_refuses_to_fork_a_process_that_runs_threads() -> None:
+    import threading
+
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    other.start()
+    try:
+        with pytest.raises(RuntimeError, match="runs threads"):
+            launch_path.forked_child("cpu", [0], 5, [], "")
+    finally:
+        stop.set()
+        other.join()
