@@ -1,6 +1,7 @@
 """One reader of /proc/<pid>/stat lines (Linux, proc(5)): the command name sits in parentheses and may itself
-hold spaces and parentheses, so the fields are split after the line's last ")". The timing window's CPU
-(engine/worker/timing.py) and the benches' per-process CPU time (bench/proc_activity.py) read it here."""
+hold spaces and parentheses, so the fields are split after the line's last ")". Read here: a process's
+identity and zombie state (engine/gpu/lock.py), a worker's age (engine/worker/entry.py), the timing window's
+CPU (engine/worker/timing.py) and the benches' per-process CPU time (bench/proc_activity.py)."""
 
 from __future__ import annotations
 

@@ -609,7 +609,7 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
         except Exception as exc:
             compiled_note = f"torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}"
         phase("timing")
-    gpu_share.window_ahead(job.gpu_lock_path)  # (said before the cache probes already, where they ran)
+    gpu_share.window_ahead(job.gpu_lock_path)  # idempotent: evaluate() said it before the cache probes
     with sub_phase("expected"):  # the timed check's expected outputs, side by side, before the window
         output_check.prepare(part=sub_phase)
     gpu_share.write(job.gpu_lock_path)  # the timed window holds the GPU alone (readers drained and synced)
