@@ -221,10 +221,12 @@ def summarize(processes: list[dict[str, Any]], side: str = "reference") -> str:
         for r in rows:
             by_cpu.setdefault(r["cpu"], []).append(r)
     lines += ["", "| CPU | loop µs | path µs (median over processes) | late (median) |", "| --- | --- | --- | --- |"]
+    alone: dict[int, tuple[float | None, float | None]] = {}  # per CPU: (path, loop), medians over processes
     for cpu in sorted(by_cpu):
         rows = by_cpu[cpu]
         path = _median([_side_value(r, "queue_us", side) for r in rows])
         loop = _median([r["py_loop_us"] for r in rows])
+        alone[cpu] = (path, loop)
         spreads["CPU path"].append(path)
         spreads["CPU loop"].append(loop)
         lines.append(f"| {cpu} | {_fmt(loop)} | {_fmt(path)} | {_fmt(_median([_side_value(r, 'late', side) for r in rows]))} |")
@@ -232,13 +234,11 @@ def summarize(processes: list[dict[str, Any]], side: str = "reference") -> str:
         f"{what} {_ratio(values)}" for what, values in spreads.items())]
     pairs = [r for p in processes for r in p["pairs"]]
     if pairs:
-        alone = {cpu: _median([_side_value(x, "queue_us", side) for x in rows]) for cpu, rows in by_cpu.items()}
-        alone_loop = {cpu: _median([x["py_loop_us"] for x in rows]) for cpu, rows in by_cpu.items()}
-        worst = sorted(pairs, key=lambda r: -((_side_value(r, "queue_us", side) or 0.0) + r["py_loop_us"] / 1e6))[:5]
+        worst = sorted(pairs, key=lambda r: (_side_value(r, "queue_us", side) or 0.0, r["py_loop_us"]), reverse=True)
         lines += ["", "pairs, the five slowest (window CPU + busy CPU: path µs, alone; loop µs, alone): "
                   + "; ".join(f"{r['cpu']}+{r['busy_cpu']}: {_fmt(_side_value(r, 'queue_us', side))}, "
-                              f"{_fmt(alone.get(r['cpu']))}; {r['py_loop_us']:g}, {_fmt(alone_loop.get(r['cpu']))}"
-                              for r in worst)]
+                              f"{_fmt(alone.get(r['cpu'], (None, None))[0])}; {r['py_loop_us']:g}, "
+                              f"{_fmt(alone.get(r['cpu'], (None, None))[1])}" for r in worst[:5])]
     return "\n".join(lines)
 
 

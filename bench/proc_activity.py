@@ -15,9 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudaforge.engine.procstat import read_stat
-
-TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
+from cudaforge.engine.procstat import TICKS_PER_S, read_stat
 
 
 @dataclass(frozen=True)
@@ -97,7 +95,7 @@ class ProcessActivity:
         seen: dict[int, tuple[str, int]] = {}
         for _, cpu in [*inside, after[0]]:
             seen.update(cpu)
-        used = [ProcessCpu(pid, self.labels.get(pid, comm), (ticks - first.get(pid, (comm, 0))[1]) * TICK_S)
+        used = [ProcessCpu(pid, self.labels.get(pid, comm), (ticks - first.get(pid, (comm, 0))[1]) / TICKS_PER_S)
                 for pid, (comm, ticks) in seen.items()]
         used = [u for u in used if u.cpu_s > 0]
         total = sum(u.cpu_s for u in used)

@@ -5,8 +5,12 @@ CPU (engine/worker/timing.py) and the benches' per-process CPU time (bench/proc_
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
+
+# The unit of /proc's times (stat's utime, stime, start time; /proc/stat's cpu lines): clock ticks per second.
+TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 @dataclass(frozen=True)

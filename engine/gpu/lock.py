@@ -76,10 +76,12 @@ def process_alive(pid: int, start: str = "") -> bool:
     except PermissionError:
         return True
     stat = read_stat(f"/proc/{pid}/stat")
+    if stat is None:
+        return True
     with contextlib.suppress(IndexError):
-        if stat is not None and stat.text(3) == "Z":  # exited, not yet reaped by its supervisor: holds nothing
+        if stat.text(3) == "Z":  # exited, not yet reaped by its supervisor: it no longer holds anything
             return False
-        if stat is not None and start and stat.text(22) != start:
+        if start and stat.text(22) != start:
             return False
     return True
 

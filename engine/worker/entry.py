@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from cudaforge.engine.procstat import read_stat
+from cudaforge.engine.procstat import TICKS_PER_S, read_stat
 from cudaforge.engine.worker.failures import CandidateFailure, TaskFailure, with_task_frame
 from cudaforge.engine.worker.harness import (
     current_phase,
@@ -126,7 +126,7 @@ def process_age() -> float:
     with contextlib.suppress(OSError, IndexError, ValueError):
         if stat is not None:
             uptime = float(Path("/proc/uptime").read_text().split()[0])
-            return max(0.0, uptime - stat.field(22) / os.sysconf("SC_CLK_TCK"))
+            return max(0.0, uptime - stat.field(22) / TICKS_PER_S)
     return 0.0
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import resource
 import statistics
 import time
@@ -18,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cudaforge.engine.integrity.evidence import is_noisy
-from cudaforge.engine.procstat import read_stat
+from cudaforge.engine.procstat import TICKS_PER_S, read_stat
 from cudaforge.engine.results import TimingStats
 
 
@@ -103,7 +102,7 @@ def _machine() -> tuple[int, float]:
             for line in f:
                 if line.startswith(b"cpu "):
                     fields = line.split()
-                    steal = int(fields[8]) / _TICKS_PER_S if len(fields) > 8 else 0.0
+                    steal = int(fields[8]) / TICKS_PER_S if len(fields) > 8 else 0.0
                 elif line.startswith(b"procs_running"):
                     runnable = int(line.split()[1])
     except (OSError, ValueError, IndexError):
@@ -118,9 +117,6 @@ def _processor() -> int:
         return stat.field(39) if stat is not None else -1
     except (ValueError, IndexError):
         return -1
-
-
-_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 _THREAD_USAGE = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
