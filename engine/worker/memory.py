@@ -677,10 +677,15 @@ def peak() -> int | None:
 LARGE_BYTES = 256 << 20  # a step whose tensors are this large gives its memory back before the next
 
 
+def _moves_large() -> bool:
+    """Whether the reference moves LARGE_BYTES or more (or has not been measured yet)."""
+    return REFERENCE_IO.get("input_bytes", 0) + REFERENCE_IO.get("output_bytes", 0) >= LARGE_BYTES or not REFERENCE_IO
+
+
 def release_if_large() -> None:
     """release() where the reference moves LARGE_BYTES or more: for small tasks the collector's pass and
     the device sync cost more than the memory they return (part of a small round's fixed cost)."""
-    if REFERENCE_IO.get("input_bytes", 0) + REFERENCE_IO.get("output_bytes", 0) >= LARGE_BYTES or not REFERENCE_IO:
+    if _moves_large():
         release()
 
 
@@ -693,9 +698,9 @@ def between_trials() -> None:
     3.9 s of level1/100_HingeLoss's 5.1 s of correctness; session 18). The cache stays within what the trial
     itself reserved at its peak (live small tensors sit in the allocator's small pool, apart from the large
     one), the memory rule counts allocated bytes, and the cap bounds the cache too: over it, the allocator
-    frees cached blocks before it fails. The step's end releases as before (release_if_large). CUDA only, as
-    release is."""
-    if _cuda():
+    frees cached blocks before it fails. The step's end releases as before (release_if_large). Where release_if_large
+    would have released only (CUDA, a large task): a small round pays for no collector's pass."""
+    if _cuda() and _moves_large():
         gc.collect(1)
 
 
