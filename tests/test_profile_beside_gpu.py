@@ -105,9 +105,15 @@ def test_a_wrong_candidates_profile_is_cancelled_and_a_correct_ones_kept(tmp_pat
     if profile.error_kind in ("ncu_missing", "permission_denied"):
         pytest.skip(profile.message)
     assert profile.ok, profile.message
-    # Its worker's replay ran while the evaluation was still going on: the profile's result came in no later
-    # than a moment after the evaluation's (sequential, it took the whole ncu run after it: 0.6-0.9 s).
+    # Its worker had its job before the evaluation's verdict (sequential, it would start after it), and its
+    # result came in a moment after the verdict, besides the seconds its worker waited for the GPU (its replay
+    # holds the GPU alone: behind this round's timed window, and under pytest-xdist other tests' windows and
+    # replays too; sequential, it took the whole ncu run after the verdict: 0.6-0.9 s on the H200).
     evaluated = next(t for t, name, n in seen if name == "CandidateEvaluated" and n == 2)
     profiled = next(t for t, name, n in seen if name == "ProfileReady" and n == 2)
-    assert profiled - evaluated < 0.5, (profiled - evaluated, kinds)
-    print(json.dumps({"profile_after_evaluation_s": round(profiled - evaluated, 3)}), file=sys.stderr)
+    waited = profile.worker_phases.get("gpu_wait", 0.0)
+    figures = {"profile_after_evaluation_s": round(profiled - evaluated, 3), "profile_wall_s": round(profile.wall_s, 3),
+               "profile_gpu_wait_s": waited, "profile_worker_phases": profile.worker_phases}
+    print(json.dumps(figures), file=sys.stderr)
+    assert profiled - profile.wall_s < evaluated, figures
+    assert profiled - evaluated < 0.5 + waited, figures
