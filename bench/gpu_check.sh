@@ -72,7 +72,8 @@ peak-trace|2|gpu,kernelbench|Which tensors make one problem's peak (TRACE_PROBLE
 ncu-cost|2|gpu|What each ncu metric set costs the round's profile (passes, the worker's profile phase): bench/ncu_cost.py
 event-gap|1|gpu|Where the CUDA events and CUPTI's kernel time part on a short kernel (gelu): bench/event_gap.py
 disturbance|2|gpu|Which of another process's steps (context creation, cudaFree, page-locking, a CUPTI session, copies, host load) change a timed window's kernel times: bench/window_disturbance.py
-launch-path|2|gpu|Is a slow launch path (the fidelity misses) a property of the CPU, of the process or of a busy neighbour CPU: bench/launch_path.py"
+launch-path|2|gpu|Is a slow launch path (the fidelity misses) a property of the CPU, of the process or of a busy neighbour CPU: bench/launch_path.py
+ncu-spares|1|gpu|Do ncu-wrapped spare profile workers warm side by side, or does each wait for the ncu before it to end: bench/ncu_spares.py"
 
 list_steps() {
     printf '%-16s %-4s %-24s %s\n' step min needs "question"
@@ -268,6 +269,9 @@ step() {
             run launch-path.log "$STEP_LIMIT" "$PY" bench/launch_path.py --processes 8 --alloc-ab --fork-ab --pairs 0,8 \
                 --json "$OUT/launch_path.json"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 '^spread' "$OUT/launch-path.log" | cut -c1-90)" ;;
+        ncu-spares)
+            run ncu_spares.log "$STEP_LIMIT" "$PY" bench/ncu_spares.py --json "$OUT/ncu_spares.json"; rc=$?
+            printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/ncu_spares.log")" ;;
         disturbance)
             run disturbance.log "$STEP_LIMIT" "$PY" bench/window_disturbance.py --json "$OUT/window_disturbance.json"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 '^| context' "$OUT/disturbance.log" | cut -c1-90)" ;;

@@ -108,7 +108,11 @@ async def session_rounds(task: str, rounds: int, out: Path, device: str = "cuda"
                      **{k + "_s": wp.get(k) for k in WARM},
                      "evaluate_s": sum(p.get(k, 0.0) for k in ("compiling", "verifying", "timing")),
                      "profile_s": p.get("profiling", 0.0),
-                     "profile_ok": rec.profile is not None and rec.profile.ok})
+                     "profile_ok": rec.profile is not None and rec.profile.ok,
+                     # the profile's job waiting for its ncu-wrapped spare's warm-up (bench/ncu_spares.py asks why)
+                     "profile_spare_wait_s": rec.profile.worker_phases.get("spare_wait") if rec.profile else None,
+                     "profile_error": "" if rec.profile is None or rec.profile.ok else
+                     f"{rec.profile.error_kind}: {rec.profile.message[:200]}"})
     return rows
 
 
@@ -190,11 +194,15 @@ def main() -> int:
         print(f"\nscripted session, {where}, replies at once, {kept} spare(s) kept (seconds):")
         print("| round | outcome | spare_wait | spare: python start | fork (zygote) | import | counting (torch._dynamo) | "
               "lock wait | context | check kernels | warm checks | CUPTI | CUPTI prepare | enable | disable | hand-off "
-              "| app | evaluate | profile |")
-        print("|" + " --- |" * (len(WARM) + 5))
+              "| app | evaluate | profile | profile's spare wait |")
+        print("|" + " --- |" * (len(WARM) + 6))
         for r in res["session"]:
             print(f"| {r['round']} | {r['outcome']} | {f(r['spare_wait_s'])} | " + " | ".join(
-                f(r[k + '_s']) for k in WARM) + f" | {f(r['evaluate_s'])} | {f(r['profile_s'])} |")
+                f(r[k + '_s']) for k in WARM) + f" | {f(r['evaluate_s'])} | {f(r['profile_s'])} | "
+                f"{f(r['profile_spare_wait_s'])} |")
+        for r in res["session"]:
+            if r["profile_error"]:
+                print(f"round {r['round']}: profile failed: {r['profile_error']}")
         waits = [r["spare_wait_s"] for r in res["session"] if r["spare_wait_s"] is not None]
         later = waits[1:] or waits  # round 0's spare starts with the session
         if waits:

@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "bench" / "gpu_check.sh"
 STEPS = ("tests", "tests-integrity", "examples", "latency", "fidelity", "adversarial", "triton",
          "sweep-level1", "sweep-level2", "sweep-level3", "sweep-all", "sweep-recheck", "window-stacks", "batch", "tui",
-         "sol", "host-copy", "peak-trace", "ncu-cost", "event-gap", "disturbance", "launch-path")
+         "sol", "host-copy", "peak-trace", "ncu-cost", "event-gap", "disturbance", "launch-path", "ncu-spares")
 BASH = shutil.which("bash")
 
 pytestmark = pytest.mark.skipif(BASH is None, reason="needs bash")
