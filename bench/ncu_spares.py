@@ -41,6 +41,7 @@ class SpareTimes:
     ready: float | None
     warm_steps: dict[str, float]
     used: bool  # the profile took it
+    alive: bool = True  # still running at the bench's end (or used)
 
     @property
     def held_back_s(self) -> float | None:
@@ -51,8 +52,9 @@ class SpareTimes:
 def verdict(spares: list[SpareTimes], profile_ended: float | None) -> str:
     """One line: whether any spare's Python started late after its ncu, and whether that was at the profile's end."""
     late = [s for s in spares if s.held_back_s is not None and s.held_back_s > LATE_S]
+    slow_warm = [s for s in spares if s.warm_steps.get("ncu_warm_s", 0.0) > LATE_S]
     never = [s for s in spares if s.ready is None and not s.used]
-    if not late and not never:
+    if not late and not never and not slow_warm:
         return (f"side by side: every spare's Python started within {LATE_S} s of its ncu "
                 f"(max {max((s.held_back_s or 0.0) for s in spares):.2f} s)")
     parts = []
@@ -62,7 +64,8 @@ def verdict(spares: list[SpareTimes], profile_ended: float | None) -> str:
         if profile_ended is not None:
             where = f", {s.python_started - profile_ended:+.2f} s from the profile's end"
         parts.append(f"spare {s.index}: Python started {s.held_back_s:.2f} s after its ncu{where}")
-    parts += [f"spare {s.index}: not ready within the wait" for s in never]
+    parts += [f"spare {s.index}: its ncu warm-up took {s.warm_steps['ncu_warm_s']:.2f} s" for s in slow_warm]
+    parts += [f"spare {s.index}: not ready within the wait{'' if s.alive else ' (it ended)'}" for s in never]
     return "held back: " + "; ".join(parts)
 
 
@@ -97,20 +100,21 @@ async def measure(example_name: str, spares: int, wait_s: float) -> dict[str, An
     t0 = time.monotonic()
     seen: dict[int, Any] = {}  # id(spare) -> spare, in the order met
     ready_at: dict[int, float] = {}
-    used: set[int] = set()
+    ready_info: dict[int, dict[str, Any]] = {}  # its ready file, read when first seen (a used spare's goes with its job)
 
     def look() -> None:
         for spare in prof.spares:
             seen.setdefault(id(spare), spare)
         for key, spare in seen.items():
-            if key not in ready_at and spare.ready() is not None:
+            if key not in ready_at and (info := spare.ready()) is not None:
                 ready_at[key] = time.monotonic() - t0
+                ready_info[key] = info
 
     async def wait_for_all(limit_s: float) -> None:
         end = time.monotonic() + limit_s
         while time.monotonic() < end:
             look()
-            if all(k in ready_at or k in used or not s.alive() for k, s in seen.items()):
+            if all(k in ready_at or s.used or not s.alive() for k, s in seen.items()):
                 return
             await asyncio.sleep(0.02)
 
@@ -120,26 +124,33 @@ async def measure(example_name: str, spares: int, wait_s: float) -> dict[str, An
             raise SystemExit("ncu_spares: no ncu-wrapped spare could be started (ncu missing, or no CUDA device)")
         await wait_for_all(wait_s)
         task_path, cand_path = example(example_name, "nvrtc")
-        first = prof.spare
-        if first is not None:
-            used.add(id(first))
         began = time.monotonic() - t0
-        result = await prof.profile(load_task(task_path), Candidate.from_source(fresh(cand_path.read_text()),
-                                                                                path=cand_path))
+
+        async def keep_looking() -> None:  # a spare that becomes ready while the profile runs is seen then
+            while True:
+                look()
+                await asyncio.sleep(0.02)
+
+        watcher = asyncio.create_task(keep_looking())
+        try:
+            result = await prof.profile(load_task(task_path), Candidate.from_source(fresh(cand_path.read_text()),
+                                                                                    path=cand_path))
+        finally:
+            watcher.cancel()
         profile = (began, time.monotonic() - t0, result.ok)
         look()
         await wait_for_all(wait_s)
         look()
         rows = []
         for i, (key, spare) in enumerate(seen.items()):
-            info = spare.ready() or {}
+            info = ready_info.get(key, {})
             steps = {k: float(v) for k, v in (info.get("steps") or {}).items()}
             ready = ready_at.get(key)
             python_started = None
             if ready is not None and "warm_s" in info:
                 python_started = ready - float(info["warm_s"]) - steps.get("python_start_s", 0.0)
             rows.append(SpareTimes(index=i, launched=spare.started - t0, python_started=python_started, ready=ready,
-                                   warm_steps=steps, used=key in used))
+                                   warm_steps=steps, used=spare.used, alive=spare.used or spare.alive()))
     finally:
         await prof.aclose()
         await ev.aclose()

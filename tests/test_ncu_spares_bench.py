@@ -37,12 +37,22 @@ def test_a_spare_whose_python_waits_for_the_profile_is_named_with_its_delay() ->
     line = ncu_spares.verdict(spares, profile_ended=9.0)
     assert line.startswith("held back: "), line
     assert "spare 1: Python started 9.09 s after its ncu, +0.10 s from the profile's end" in line
-    assert "spare 2: not ready within the wait" in line
+    assert "spare 2: not ready within the wait" in line and "(it ended)" not in line
     assert "spare 0" not in line
     rows = ncu_spares.table(spares, (7.0, 9.0, True)).splitlines()
     assert rows[3].startswith("| 1 | 0.01 | 9.10 | 15.20 | 9.09 |"), rows[3]
     assert rows[4].startswith("| 2 | 7.00 | — | — | — |"), rows[4]
     assert rows[-1] == "profile: 7.00 -> 9.00 s, ok=True"
+
+
+def test_a_slow_ncu_warm_up_and_a_spare_that_ended_are_named() -> None:
+    """Where ncu lets the Python start but holds its first profiled kernel, the warm-up step shows it; a spare
+    that died before it was ready is said to have ended."""
+    spares = [SpareTimes(0, 0.0, 0.05, 6.0, {"ncu_warm_s": 0.9}, used=True),
+              SpareTimes(1, 0.0, 0.06, 14.0, {"ncu_warm_s": 7.8}, used=False),
+              SpareTimes(2, 7.0, None, None, {}, used=False, alive=False)]
+    line = ncu_spares.verdict(spares, profile_ended=9.0)
+    assert line == "held back: spare 1: its ncu warm-up took 7.80 s; spare 2: not ready within the wait (it ended)"
 
 
 def test_without_a_cuda_device_it_says_so_and_exits_2() -> None:
