@@ -164,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wait", type=float, default=40.0, help="seconds to wait for the spares, before and after")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
+    if args.spares < 1:
+        ap.error("--spares must be 1 or more (with none kept there is no spare to watch)")
     try:
         import torch
 
@@ -173,10 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     if not cuda:
         print("ncu_spares: needs a CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
         return 2
+    from cudaforge.engine.profiling import NcuSettings
     from cudaforge.engine.profiling.runner import resolve_ncu
 
-    if resolve_ncu("ncu") is None:
-        print("ncu_spares: ncu is not on PATH", file=sys.stderr)
+    ncu_path = NcuSettings().path  # the one the bench's Profiler resolves
+    if resolve_ncu(ncu_path) is None:
+        print(f"ncu_spares: ncu not found ('{ncu_path}')", file=sys.stderr)
         return 2
     res = asyncio.run(measure(args.example, args.spares, args.wait))
     spares: list[SpareTimes] = res["spares"]

@@ -66,3 +66,11 @@ def test_without_a_cuda_device_it_says_so_and_exits_2() -> None:
                           timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip() == "ncu_spares: needs a CUDA device (torch.cuda.is_available() is False)"
+
+
+def test_no_spares_is_a_one_line_usage_error() -> None:
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "ncu_spares.py"), "--spares", "0"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].endswith("--spares must be 1 or more (with none kept there is no spare "
+                                                         "to watch)")
