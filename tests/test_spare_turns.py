@@ -207,12 +207,19 @@ def test_a_younger_ready_spare_goes_before_an_older_one_still_warming(tmp_path: 
     try:
         ready(b)
         assert pool.take("k") is b  # a still warming, b ready: b
+        took = pool.last_take  # what the take found, for a job that waited on its spare to say why
+        assert took is not None and took.live == 3 and took.taken_ready and took.dropped_dead == 0
+        assert took.taken_age_s is not None and len(took.waiting_ages_s) == 2
+        assert took.waiting_ages_s[0] >= took.taken_age_s  # a is older than b
         assert pool.take("k") is a  # none ready: the oldest
+        assert pool.last_take is not None and not pool.last_take.taken_ready and pool.last_take.live == 2
         c.kill(remove=False)
         assert pool.take("k") is None  # a dead spare is never handed out
+        assert pool.last_take is not None and pool.last_take.dropped_dead == 1 and pool.last_take.taken_age_s is None
         assert pool.fill("k", 1, start) == 1
         other = pool.spares[0]
         assert pool.take("other options") is None and not other.alive()  # started for other options: killed
+        assert pool.last_take is not None and pool.last_take.dropped_other_key == 1
     finally:
         for spare in (a, b, c, *pool.clear()):
             spare.kill()

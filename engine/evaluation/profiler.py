@@ -20,7 +20,7 @@ from cudaforge.engine.config import GPU_WAIT_S
 from cudaforge.engine.evaluation import result_cache, workdirs
 from cudaforge.engine.evaluation.evaluator import Evaluator, progress_file, with_app_parts
 from cudaforge.engine.evaluation.sandbox import start_sandboxed, wait_sandboxed
-from cudaforge.engine.evaluation.spare import Spare, SparePool, start_spare
+from cudaforge.engine.evaluation.spare import PoolTake, Spare, SparePool, start_spare
 from cudaforge.engine.profiling import NcuSettings, ProfileResult, interpret_output, prepare_profile
 from cudaforge.engine.profiling.runner import PreparedProfile, resolve_ncu
 from cudaforge.engine.task import Task
@@ -96,6 +96,11 @@ class Profiler:
     @property
     def spares(self) -> tuple[Spare, ...]:
         return self._pool.spares
+
+    @property
+    def last_take(self) -> PoolTake | None:
+        """What the last fresh profile found in the spare pool (why it waited for its spare, if it did)."""
+        return self._pool.last_take
 
     async def aclose(self) -> None:
         """Kill the spare profile workers and wait for the profile-cache writes of this event loop."""

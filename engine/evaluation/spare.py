@@ -126,6 +126,20 @@ def start_spare(*, key: str, prefix: Sequence[str], python: str, device: str, gp
     return spare
 
 
+@dataclass(frozen=True)
+class PoolTake:
+    """What one `SparePool.take` found: why a job waited for its spare, if it did. A job that finds its
+    spare still warming although the pool started spares long before shows here whether they had died or
+    been started for other options (a changed key kills them)."""
+
+    live: int  # live spares for the key, the taken one included
+    dropped_dead: int  # spares found dead (killed by a limit, crashed)
+    dropped_other_key: int  # spares started for other options: killed
+    taken_age_s: float | None  # seconds since the taken spare was started (None: none taken)
+    taken_ready: bool  # it had said it was ready
+    waiting_ages_s: tuple[float, ...] = ()  # the spares left in the pool: seconds since each was started
+
+
 class SparePool:
     """Up to `depth` warm spares for one key (what they were started for), oldest first. `take` hands out the
     oldest ready one (else the oldest still warming: the furthest along); spares that died or were started
@@ -133,19 +147,25 @@ class SparePool:
 
     def __init__(self) -> None:
         self._spares: list[Spare] = []
+        self.last_take: PoolTake | None = None
 
     @property
     def spares(self) -> tuple[Spare, ...]:
         return tuple(self._spares)
 
-    def _prune(self, key: str) -> None:
+    def _prune(self, key: str) -> tuple[int, int]:
+        """Kill the spares that died or were started for other options; (dead, other key) counts."""
         keep = []
+        dead = other = 0
         for spare in self._spares:
             if spare.alive() and spare.key == key:
                 keep.append(spare)
             else:
+                dead += not spare.alive()
+                other += spare.alive() and spare.key != key
                 spare.kill()
         self._spares = keep
+        return dead, other
 
     def fill(self, key: str, depth: int, start: Callable[[], Spare]) -> int:
         """Start spares (`start()`) until `depth` live ones for `key` wait; returns how many were started."""
@@ -158,11 +178,18 @@ class SparePool:
 
     def take(self, key: str) -> Spare | None:
         """The spare for the next job (removed from the pool), or None when no live one for `key` is left."""
-        self._prune(key)
+        dead, other = self._prune(key)
+        live = len(self._spares)
         if not self._spares:
+            self.last_take = PoolTake(live=0, dropped_dead=dead, dropped_other_key=other, taken_age_s=None,
+                                      taken_ready=False)
             return None
         pick = next((s for s in self._spares if s.ready() is not None), self._spares[0])
         self._spares.remove(pick)
+        now = time.monotonic()
+        self.last_take = PoolTake(live=live, dropped_dead=dead, dropped_other_key=other,
+                                  taken_age_s=round(now - pick.started, 3), taken_ready=pick.ready() is not None,
+                                  waiting_ages_s=tuple(round(now - s.started, 3) for s in self._spares))
         return pick
 
     def clear(self) -> list[Spare]:

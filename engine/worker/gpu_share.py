@@ -124,8 +124,8 @@ def _touches(gpu_type: str, args: Any, kwargs: dict[str, Any]) -> bool:
 
 
 def window_ahead(lock_path: str | None) -> None:
-    """A timed window is next, after the steps that prepare it as a reader (the cache probes, the timed check's
-    expected outputs): announced like a job waiting at the lock until its write hold is taken, so an idle spare starts
+    """A timed window is next, after the step that prepares it as a reader (the timed check's expected
+    outputs): announced like a job waiting at the lock until its write hold is taken, so an idle spare starts
     no warm-up turn (a CUDA context: 0.2-2 s under load) that the window would then wait for. Spares'
     warm-ups were the last reader 86 of the H200 sweep's 250 windows waited for (36.9 s of their waits,
     session 16). A read hold taken meanwhile (a yield) keeps the announcement; the write hold, or the end of

@@ -609,7 +609,11 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
         except Exception as exc:
             compiled_note = f"torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}"
         phase("timing")
-    gpu_share.window_ahead(job.gpu_lock_path)  # idempotent: evaluate() said it before the cache probes
+    # From here idle spares start no warm-up the window would wait for. Said before the cache probes instead
+    # (session 20), it held the spares back most of the H200 sweep: with 8 in flight some worker is nearly
+    # always in its probes, the spares waited 3,138 s in all for their warm-up turns (199 s from here) and the
+    # jobs 230 s for their spares (0 s), and the sweep took 382 s (361 s) (session 22).
+    gpu_share.window_ahead(job.gpu_lock_path)
     with sub_phase("expected"):  # the timed check's expected outputs, side by side, before the window
         output_check.prepare(part=sub_phase)
     gpu_share.write(job.gpu_lock_path)  # the timed window holds the GPU alone (readers drained and synced)
@@ -1053,11 +1057,6 @@ def evaluate(job: EvalJob, report: ReportDraft) -> None:
         findings.append(fallback)
     memory.release()
     observe.checkpoint()
-    # The timed window comes after the probes: from here idle spares start no warm-up it would wait for. Said
-    # at the window's own preparation only, it came ~0.1 s ahead on a small problem: 104 of the H200 sweep's
-    # 250 windows asked for the GPU while a spare's warm-up turn held it (181 context creations, the longest
-    # turn, 1.0 s median), the oldest begun a median 0.56 s before (session 18); the probes add ~0.7 s.
-    gpu_share.window_ahead(job.gpu_lock_path)
     phase("cache_probes")
     findings.extend(check_cache_reuse(
         lambda inp: _run_candidate(model_new, inp, device), lambda inp: _run_reference(model, inp, device),
