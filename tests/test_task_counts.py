@@ -146,3 +146,30 @@ def _ready(spare, limit_s: float = 120.0) -> dict:
             return ready
         time.sleep(0.05)
     raise AssertionError("the spare never became ready")
+
+
+def test_a_cuda_session_starts_its_first_spares_without_counting_and_takes_it_back_if_no_counts_come(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CUDA session's fit check counts the task for the evaluator (Session._does_not_fit), so the spares started
+    before it (the first evaluation's and ncu's) skip torch._dynamo (3.9-5.4 s of an ncu spare's warm-up on the
+    H100). Where the check counts nothing (here: no GPU, so no fit check result), the jobs come without counts
+    and later spares load what counting needs again. The real session, evaluator and fit check subprocess."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("the fit check counts the task on a GPU machine: the path without counts is not taken")
+    from cudaforge.engine.session import create_session
+    from llm_server import ScriptedLLMServer
+    from session_kit import KEY, KEY_ENV, TASK, session_config
+
+    monkeypatch.setenv("CUDAFORGE_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv(KEY_ENV, KEY)
+    with ScriptedLLMServer([]) as server:
+        config = session_config(server, tmp_path / "cache", **{"eval.device": "cuda", "session.mode": "auto",
+                                                                 "run.folder": str(tmp_path / "runs")})
+        session = create_session(TASK, config)
+        evaluator = session.evaluator
+        assert evaluator.spares_count_tasks
+        assert session._counts_will_come() and not evaluator.spares_count_tasks  # before the first spares
+        assert asyncio.run(session._does_not_fit()) == ""
+        assert evaluator.spares_count_tasks  # no counts came: later spares count again

@@ -332,11 +332,12 @@ class Evaluator:
         without counts then pays that import itself)."""
         self._task_counts[(task.sha256, counts.precision)] = counts
 
-    def expect_task_counts(self) -> None:
+    def expect_task_counts(self, expected: bool = True) -> None:
         """Every later job's task will have its counts (use_task_counts before its evaluation): spares start
         without what counting needs from now on, the first ones included (a sweep counts its problems in
-        one process ahead of them: fit.TaskCounter)."""
-        self._counts_expected = True
+        one process ahead of them: fit.TaskCounter; a session's fit check counts its task). False: the counts
+        did not come after all, and spares started from now on load what counting needs again."""
+        self._counts_expected = expected
 
     @property
     def spares_count_tasks(self) -> bool:

@@ -253,6 +253,7 @@ class Session:
     async def _loop(self) -> SessionStopped:
         # The spares warm (~10 s on an H200) while the fit check runs its own process (~5 s): the first round
         # waits less for its worker. A task that does not fit only had them started for nothing (killed at close).
+        self._counts_will_come()
         self._prewarm()
         too_big = await self._does_not_fit()
         if too_big:
@@ -271,21 +272,38 @@ class Session:
                 return self._finish(stop.reason, stop.message)
             n += 1
 
+    def _counts_will_come(self) -> bool:
+        """On CUDA the fit check (_does_not_fit) counts the task and hands the counts to the evaluator, so the
+        spares started before it need not load what counting needs: torch._dynamo, 3.9-5.4 s of an ncu-wrapped
+        profile spare's 11-12 s warm-up (H100, session 22), which the first rounds' profiles waited for (a
+        spare taken 12.6 s after its start, not yet ready). Whether the evaluator now expects them."""
+        options = getattr(self.evaluator, "options", None)
+        expect = getattr(self.evaluator, "expect_task_counts", None)
+        if getattr(options, "device", "cpu") != "cuda" or not callable(expect) \
+                or getattr(self.evaluator, "use_task_counts", None) is None:
+            return False
+        expect()
+        return True
+
     async def _does_not_fit(self) -> str:
         """The task cannot fit the card (engine/evaluation/fit.py): said once, before the Coder writes a candidate.
-        What the check counted goes to the evaluator, so no round's worker counts it again."""
+        What the check counted goes to the evaluator, so no round's worker counts it again; where it counted
+        nothing, the spares started from then on load what counting needs again (_counts_will_come)."""
         options = getattr(self.evaluator, "options", None)
         if options is None or getattr(options, "device", "cpu") != "cuda":
             return ""
         from cudaforge.engine.evaluation.fit import check_task_fit
 
-        try:
+        fit = None
+        with contextlib.suppress(Exception):  # the worker checks again before every build
             fit = await check_task_fit(self.task.path, options, shown_path=self.task.shown_path)
-        except Exception:  # the worker checks again before every build
-            return ""
         use_counts = getattr(self.evaluator, "use_task_counts", None)  # a backend without it counts in its workers
         if fit is not None and fit.counts is not None and use_counts is not None:
             use_counts(self.task, fit.counts)
+        else:
+            expect = getattr(self.evaluator, "expect_task_counts", None)
+            if callable(expect):
+                expect(False)
         return fit.message if fit is not None and not fit.fits else ""
 
     def _check_policies(self, n: int) -> None:
