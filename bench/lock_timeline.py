@@ -12,8 +12,11 @@ happened). This rebuilds the lock's timeline and splits the wall into:
 
 It also says which reader steps drained longest: the time a reader was the only holder while a writer
 waited (everyone else waited for that one step), by the step that reader dropped its hold in; each window's
-whole wait by the step of the last reader it waited for; and how long readers waited in all, while a writer
-held or drained.
+whole wait by the step of the last reader it waited for; how long readers waited in all, while a writer
+held or drained; and the spares' context turns (each spare process's first `warm` hold, its CUDA context) by
+how many other context turns overlapped them: concurrent context creations slow each other (H200 sweeps,
+sessions 18 and 22: a median 0.45-0.59 s alone, 1.6-2.6 s beside four or more), and a window that comes
+during one waits for it.
 
     python bench/lock_timeline.py LOCKLOG [--json OUT] [--top 12]
 """
@@ -50,6 +53,36 @@ def read_log(path: Path) -> list[LockEvent]:
     return sorted(events, key=lambda e: e.t)
 
 
+OVERLAP_CAP = 4  # context turns beside this many others or more are counted together
+
+
+def context_turns(events: list[LockEvent]) -> dict[str, list[float]]:
+    """Each spare's context turn (a process's first read hold taken in step `warm`), grouped by how many other
+    context turns overlapped it (0 .. OVERLAP_CAP, the last meaning "or more"): group -> [turns, median s]."""
+    first: dict[int, float] = {}  # pid -> when its first warm hold began
+    turns: list[tuple[float, float]] = []
+    done: set[int] = set()
+    for e in events:
+        if e.kind != "read" or e.step != "warm" or e.pid in done:
+            continue
+        if e.event == "got" and e.pid not in first:
+            first[e.pid] = e.t
+        elif e.event == "drop" and e.pid in first:
+            turns.append((first.pop(e.pid), e.t))
+            done.add(e.pid)
+    groups: dict[int, list[float]] = collections.defaultdict(list)
+    for start, end in turns:
+        beside = sum(1 for s, e in turns if s < end and e > start) - 1
+        groups[min(beside, OVERLAP_CAP)].append(end - start)
+    out = {}
+    for k in sorted(groups):
+        durations = sorted(groups[k])
+        n = len(durations)
+        median = durations[n // 2] if n % 2 else (durations[n // 2 - 1] + durations[n // 2]) / 2
+        out[str(k)] = [float(n), round(median, 3)]
+    return out
+
+
 def timeline(events: list[LockEvent]) -> dict[str, object]:
     """The split of the wall (seconds), the reader steps that drained longest, readers' waits."""
     split = collections.Counter()
@@ -66,7 +99,7 @@ def timeline(events: list[LockEvent]) -> dict[str, object]:
     last_read_drop: tuple[float, str] = (float("-inf"), "")
     if not events:
         return {"wall_s": 0.0, "split_s": {}, "sole_drain_s": {}, "reader_wait_s": {}, "windows": 0,
-                "last_holder_s": {}, "last_holder_n": {}}
+                "last_holder_s": {}, "last_holder_n": {}, "context_turns": {}}
     windows = 0
     last = events[0].t
     for e in events:
@@ -114,7 +147,7 @@ def timeline(events: list[LockEvent]) -> dict[str, object]:
             "sole_drain_s": {k: round(v, 3) for k, v in sole_drain.most_common()},
             "reader_wait_s": {k: round(v, 3) for k, v in reader_wait.items()}, "windows": windows,
             "last_holder_s": {k: round(v, 3) for k, v in last_holder.most_common()},
-            "last_holder_n": dict(last_holder_n)}
+            "last_holder_n": dict(last_holder_n), "context_turns": context_turns(events)}
 
 
 def format_timeline(t: dict[str, object], top: int = 12) -> str:
@@ -130,6 +163,13 @@ def format_timeline(t: dict[str, object], top: int = 12) -> str:
     counts = t.get("last_holder_n") or {}
     for step, s in list((t.get("last_holder_s") or {}).items())[:top]:  # type: ignore[union-attr]
         lines.append(f"| {step} | {counts.get(step, 0)} | {s:.1f} |")  # type: ignore[union-attr]
+    turns = t.get("context_turns") or {}
+    if turns:
+        lines += ["", "| spares' context turns, by how many others overlapped each | turns | median s |",
+                  "| --- | --- | --- |"]
+        for k, (n, median) in turns.items():  # type: ignore[union-attr]
+            label = f"{k} or more" if int(k) == OVERLAP_CAP else k
+            lines.append(f"| {label} | {int(n)} | {median:.2f} |")
     waits = t["reader_wait_s"]
     lines += ["", f"readers waited {waits.get('behind_writer', 0.0):.1f} s (summed over readers) while a writer held, "  # type: ignore[union-attr]
                   f"drained or took the GPU, {waits.get('other', 0.0):.1f} s otherwise"]  # type: ignore[union-attr]

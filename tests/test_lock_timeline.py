@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from lock_timeline import LockEvent, format_timeline, main, read_log, timeline  # noqa: E402
+from lock_timeline import LockEvent, context_turns, format_timeline, main, read_log, timeline  # noqa: E402
 
 HOLDER = textwrap.dedent("""
     import sys, time
@@ -84,3 +84,17 @@ def test_each_windows_wait_goes_to_the_last_reader_it_waited_for_or_to_the_windo
 def test_cli_names_a_missing_log(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     assert main([str(tmp_path / "none.log")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_context_turns_are_each_spares_first_warm_hold_grouped_by_overlap() -> None:
+    """Spares 1 and 2 make their contexts at the same time (each beside one other), spare 3 alone later; the
+    later warm holds of 1 (its check kernels) and a job's read hold are no context turns."""
+    e = [LockEvent(0.0, 1, "got", "read", "warm"), LockEvent(0.5, 2, "got", "read", "warm"),
+         LockEvent(1.0, 1, "drop", "read", "warm"), LockEvent(2.0, 2, "drop", "read", "warm"),
+         LockEvent(2.1, 1, "got", "read", "warm"), LockEvent(2.2, 1, "drop", "read", "warm"),
+         LockEvent(3.0, 9, "got", "read", "correctness"), LockEvent(3.5, 9, "drop", "read", "correctness"),
+         LockEvent(4.0, 3, "got", "read", "warm"), LockEvent(4.4, 3, "drop", "read", "warm")]
+    turns = context_turns(e)
+    assert turns == {"0": [1.0, 0.4], "1": [2.0, 1.25]}
+    text = format_timeline(timeline(e))
+    assert "| 0 | 1 | 0.40 |" in text and "| 1 | 2 | 1.25 |" in text
