@@ -89,11 +89,10 @@ def test_cli_names_a_missing_log(tmp_path: Path, capsys) -> None:  # type: ignor
 def test_context_turns_are_each_spares_first_warm_hold_grouped_by_overlap() -> None:
     """Spares 1 and 2 make their contexts at the same time (each beside one other), spare 3 alone later; the
     later warm holds of 1 (its check kernels) and a job's read hold are no context turns."""
-    e = [LockEvent(0.0, 1, "got", "read", "warm"), LockEvent(0.5, 2, "got", "read", "warm"),
-         LockEvent(1.0, 1, "drop", "read", "warm"), LockEvent(2.0, 2, "drop", "read", "warm"),
-         LockEvent(2.1, 1, "got", "read", "warm"), LockEvent(2.2, 1, "drop", "read", "warm"),
-         LockEvent(3.0, 9, "got", "read", "correctness"), LockEvent(3.5, 9, "drop", "read", "correctness"),
-         LockEvent(4.0, 3, "got", "read", "warm"), LockEvent(4.4, 3, "drop", "read", "warm")]
+    holds = [(1, "warm", 0.0, 1.0), (2, "warm", 0.5, 2.0), (1, "warm", 2.1, 2.2), (9, "correctness", 3.0, 3.5),
+             (3, "warm", 4.0, 4.4)]  # (pid, step, got, dropped): read holds
+    e = sorted((LockEvent(t, pid, event, "read", step) for pid, step, got, dropped in holds
+                for event, t in (("got", got), ("drop", dropped))), key=lambda ev: ev.t)
     turns = context_turns(e)
     assert turns == {"0": [1.0, 0.4], "1": [2.0, 1.25]}
     text = format_timeline(timeline(e))
