@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,13 +75,7 @@ def context_turns(events: list[LockEvent]) -> dict[str, list[float]]:
     for start, end in turns:
         beside = sum(1 for s, e in turns if s < end and e > start) - 1
         groups[min(beside, OVERLAP_CAP)].append(end - start)
-    out = {}
-    for k in sorted(groups):
-        durations = sorted(groups[k])
-        n = len(durations)
-        median = durations[n // 2] if n % 2 else (durations[n // 2 - 1] + durations[n // 2]) / 2
-        out[str(k)] = [float(n), round(median, 3)]
-    return out
+    return {str(k): [float(len(groups[k])), round(statistics.median(groups[k]), 3)] for k in sorted(groups)}
 
 
 def timeline(events: list[LockEvent]) -> dict[str, object]:

@@ -158,11 +158,12 @@ class SparePool:
         keep = []
         dead = other = 0
         for spare in self._spares:
-            if spare.alive() and spare.key == key:
+            alive = spare.alive()  # asked once: a spare that dies meanwhile is counted as one or the other
+            if alive and spare.key == key:
                 keep.append(spare)
             else:
-                dead += not spare.alive()
-                other += spare.alive() and spare.key != key
+                dead += not alive
+                other += alive
                 spare.kill()
         self._spares = keep
         return dead, other
@@ -184,11 +185,12 @@ class SparePool:
             self.last_take = PoolTake(live=0, dropped_dead=dead, dropped_other_key=other, taken_age_s=None,
                                       taken_ready=False)
             return None
-        pick = next((s for s in self._spares if s.ready() is not None), self._spares[0])
+        ready = next((s for s in self._spares if s.ready() is not None), None)
+        pick = ready or self._spares[0]
         self._spares.remove(pick)
         now = time.monotonic()
         self.last_take = PoolTake(live=live, dropped_dead=dead, dropped_other_key=other,
-                                  taken_age_s=round(now - pick.started, 3), taken_ready=pick.ready() is not None,
+                                  taken_age_s=round(now - pick.started, 3), taken_ready=ready is not None,
                                   waiting_ages_s=tuple(round(now - s.started, 3) for s in self._spares))
         return pick
 
