@@ -150,6 +150,26 @@ def row_of(path: Path, result: Any, wall_s: float) -> dict[str, Any]:
         "phases": {k: round(v, 3) for k, v in phases.items()},
         # which step set the peak (the worker's phases, each from its own start)
         "phase_peak_gib": {k: round(v / GIB, 3) for k, v in (m.phase_peak_bytes if m else {}).items()},
+        "timing": timing_record(result.timing),
+    }
+
+
+def timing_record(timing: Any) -> dict[str, Any] | None:
+    """What made a problem's timed window as long as it was: how many times it was measured (a noisy window is
+    measured again), the timed calls per side, the medians, the share of late launches and the timing
+    thread's host load (CPU time against the wall, preemptions, per-call host medians). The exclusive seconds
+    of the host-bound level-3 RNNs doubled between session 18 and 22; these say whether from re-measuring or
+    from a slower host."""
+    if timing is None:
+        return None
+    load = timing.settings.get("host_load") or {}
+    return {
+        "measurements": timing.measurements,
+        "trials": timing.candidate.trials,
+        "reference_ms": round(timing.reference.median_ms, 4), "candidate_ms": round(timing.candidate.median_ms, 4),
+        "late_launches": timing.settings.get("late_launches") or {},
+        "host_load": {k: load[k] for k in ("wall_s", "cpu_s", "involuntary_switches", "runnable", "iteration_us")
+                      if k in load},
     }
 
 

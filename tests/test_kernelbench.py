@@ -253,6 +253,9 @@ def test_cpu_sweep_of_the_20_fastest_problems_judges_every_one_correct(cpu_optio
         # The problems were counted in one process ahead (fit.TaskCounter): no spare imported what counting
         # needs, and the worker took the counts (its footprint estimate is there without counting itself).
         assert "spare_counting" not in r["phases"] and r["counts_wait_s"] >= 0, (r["problem"], r["phases"])
+        # What made its timed window as long as it was (measured how often, how many calls, the host's load).
+        t = r["timing"]
+        assert t["measurements"] >= 1 and t["trials"] >= 3 and t["reference_ms"] > 0, (r["problem"], t)
     assert summary["phase_totals"]["correctness"] > 0
     assert summary["handed_ahead"] == 0  # the CPU device has no card memory to plan for: the sweep's order
 
