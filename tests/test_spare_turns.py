@@ -265,3 +265,67 @@ def test_a_window_being_prepared_keeps_idle_warm_ups_out_until_it_holds_the_gpu(
         if spare is not None and spare.poll() is None:
             spare.kill()
     assert gpu_share._STATE["window_ahead"] is None
+
+
+_CONTEXT_ACTOR = """
+import json, sys, time
+from pathlib import Path
+from cudaforge.engine.gpu.turns import context_turn
+lock, slots, hold_s, out, job = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5]
+with context_turn(lock, lambda: bool(job) and Path(job).exists(), slots=slots) as waited:
+    got = time.monotonic()
+    time.sleep(hold_s)
+    left = time.monotonic()
+Path(out).write_text(json.dumps({"got": got, "left": left, "waited": waited}))
+"""
+
+
+def _context_turns(tmp_path: Path, actors: int, slots: int, hold_s: float, job: str = "") -> list[dict]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    lock = str(tmp_path / "gpu0.lock")
+    outs = [tmp_path / f"turn{i}.json" for i in range(actors)]
+    procs = [subprocess.Popen([sys.executable, "-c", _CONTEXT_ACTOR, lock, str(slots), str(hold_s), str(o), job])
+             for o in outs]
+    for p in procs:
+        assert p.wait(60) == 0
+    import json
+
+    return [json.loads(o.read_text()) for o in outs]
+
+
+def _most_at_once(turns: list[dict]) -> int:
+    """The most turns held at one moment (a sweep over their starts and ends; an end before a start at a tie)."""
+    edges = sorted([(t["got"], 1) for t in turns] + [(t["left"], -1) for t in turns])
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def test_context_turns_across_processes_take_one_slot_each(tmp_path: Path) -> None:
+    """Four spares' context turns under a limit of one run one after another, under two at most two at a time
+    (timestamps on one machine-wide clock); without a limit they overlap."""
+    one = _context_turns(tmp_path / "one", 4, slots=1, hold_s=0.3)
+    assert _most_at_once(one) == 1, one
+    assert max(t["waited"] for t in one) >= 0.6  # the last one waited for others' turns
+    two = _context_turns(tmp_path / "two", 4, slots=2, hold_s=0.4)
+    assert _most_at_once(two) == 2, two
+    free = _context_turns(tmp_path / "free", 3, slots=0, hold_s=0.8)
+    assert _most_at_once(free) == 3 and max(t["waited"] for t in free) < 0.3, free
+
+
+def test_a_spare_whose_job_came_does_not_wait_for_a_context_slot(tmp_path: Path) -> None:
+    (tmp_path / "job.json").write_text("{}")  # every actor has its job: none waits behind another's turn
+    turns = _context_turns(tmp_path, 3, slots=1, hold_s=0.8, job=str(tmp_path / "job.json"))
+    assert _most_at_once(turns) >= 2 and max(t["waited"] for t in turns) < 0.5, turns
+
+
+def test_context_slots_reads_its_environment_variable(monkeypatch) -> None:
+    from cudaforge.engine.gpu.turns import CONTEXT_TURNS_ENV, context_slots
+
+    monkeypatch.setenv(CONTEXT_TURNS_ENV, "2")
+    assert context_slots() == 2
+    for unset in ("", "many", "-3"):
+        monkeypatch.setenv(CONTEXT_TURNS_ENV, unset)
+        assert context_slots() == 0

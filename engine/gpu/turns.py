@@ -94,3 +94,65 @@ def warmup_turn(lock_path: str, has_job: Callable[[], bool], *, max_yield_s: flo
         yield time.monotonic() - start
     finally:
         hold.release()
+
+
+# How many spares may create their CUDA context at once, across all our processes on this GPU (0: no limit).
+# Concurrent context creations slow each other: in three sweeps' lock logs a spare's context turn took
+# 0.45-0.65 s (median) alone and 1.6-2.6 s beside four or more others (bench/lock_timeline.py context_turns),
+# and a timed window that comes meanwhile waits for all of them (spares' warm-ups were the last reader of
+# 67-99 windows, about 30 s of each H200 sweep's drain). Taken one or two at a time, each turn is short.
+CONTEXT_TURNS_ENV = "CUDAFORGE_CONTEXT_TURNS"
+
+
+def context_slots() -> int:
+    """The limit in force (CONTEXT_TURNS_ENV; unset, empty or not a whole number: 0, no limit)."""
+    try:
+        return max(0, int(os.environ.get(CONTEXT_TURNS_ENV, "0") or 0))
+    except ValueError:
+        return 0
+
+
+def context_slot_path(lock_path: str | os.PathLike[str], index: int) -> Path:
+    return Path(f"{os.fspath(lock_path)}.contexts.{index}")
+
+
+@contextlib.contextmanager
+def context_turn(lock_path: str | None, has_job: Callable[[], bool], *, slots: int | None = None,
+                 poll_s: float = 0.01) -> Iterator[float]:
+    """One of `slots` context-creation slots (flocks beside the GPU lock, `<lock>.contexts.<i>`), held around a
+    spare's context turn (taken before its read hold, let go after it); yields the seconds spent waiting for
+    one. Without a lock or a limit it takes nothing. A spare that has a job (a round waits for it) stops
+    waiting and creates its context at once: the limit shortens drains, it never holds a round back. A
+    slot of a dead process is free (the kernel drops its flocks)."""
+    import fcntl
+
+    n = context_slots() if slots is None else slots
+    start = time.monotonic()
+    if not lock_path or n <= 0:
+        yield 0.0
+        return
+    fds: list[int] = []
+    held: int | None = None
+    try:
+        for i in range(n):
+            path = context_slot_path(lock_path, i)
+            with contextlib.suppress(OSError):
+                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                fds.append(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        while fds and held is None:
+            for fd in fds:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:  # held by another spare (or interrupted): the next slot
+                    continue
+                held = fd
+                break
+            if held is None:
+                if has_job():
+                    break
+                time.sleep(poll_s)
+        yield time.monotonic() - start
+    finally:
+        for fd in fds:  # closing a descriptor drops its flock
+            with contextlib.suppress(OSError):
+                os.close(fd)
