@@ -26,6 +26,7 @@
 #                    the examples (evaluated one at a time first, about 10 s each in a fresh worker)
 #   STEP_LIMIT       seconds a step may run (500; the call also installs the package first)
 #   STEP_LIMITS      per-step limits that override it, e.g. "tests=230 sol=300"
+#   SWEEP_ARGS       more arguments for the sweep steps' kernelbench_sweep.py, e.g. "--no-look-further"
 #   TEST_WORKERS     pytest-xdist processes for the test steps where xdist is installed (4; 0: one process).
 #                    The evaluations of parallel tests share the GPU through the same lock as any of ours.
 # Steps that drive a session or the workbench need textual/openai/anthropic/tomlkit/pydantic: where they are
@@ -221,7 +222,7 @@ step() {
             run "$name.log" "$STEP_LIMIT" env CUDAFORGE_LOCK_LOG="$OUT/$name.locklog" ${stacks:+CUDAFORGE_STACK_SAMPLES=$stacks} \
                 "$PY" bench/kernelbench_sweep.py "$KB" "${which[@]}" \
                 --jobs "$JOBS" --gpu-memory-gb "$GPU_MEMORY_GB" --shard "$SHARD" --give-up-after 6 \
-                ${ORDER_FROM:+--order-from $ORDER_FROM} \
+                ${ORDER_FROM:+--order-from $ORDER_FROM} ${SWEEP_ARGS:-} \
                 --json "$OUT/$name.json" --rows "$OUT/$name.rows.jsonl"; rc=$?
             [ -n "$smi" ] && kill "$smi" 2>/dev/null
             "$PY" bench/lock_timeline.py "$OUT/$name.locklog" --json "$OUT/$name.timeline.json" \

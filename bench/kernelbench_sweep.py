@@ -255,8 +255,11 @@ def format_summary(summary: dict[str, Any]) -> str:
 class ProblemQueue:
     """The problems in their sweep order (longest first), each handed to the next free slot: the first one
     whose memory estimate fits what our evaluations have not reserved yet, among the next `lookahead`, else
-    the first. Longest first put the largest level-1 problems side by side at the start, and three of them
-    waited 28-38 s for memory while their slots did nothing (memory_wait 171 s summed, H200 session 16).
+    the first counted one further on that fits, else the first. Longest first put the largest level-1
+    problems side by side at the start, and three of them waited 28-38 s for memory while their slots did
+    nothing (memory_wait 171 s summed, H200 session 16). The next 16 were still all large ones at the start:
+    the H200 sweeps of sessions 18 and 22 ran 6 evaluations, not 8, for their first 45 s, the other two
+    slots waiting for memory, so a slot looks further on, among the problems already counted.
 
     `estimate_of(path)` is the problem's reservation where it is counted already (None: unknown, it fits);
     `budget` the bytes our evaluations may reserve together (None: no memory to mind, the CPU device). A
@@ -264,8 +267,9 @@ class ProblemQueue:
     build; `take(reserved_now)` also counts what the GPU's ledger holds (grown reservations included)."""
 
     def __init__(self, paths: list[Path], estimate_of: Callable[[Path], int | None], budget: int | None,
-                 lookahead: int = 16) -> None:
+                 lookahead: int = 16, look_further: bool = True) -> None:
         self.paths, self.estimate_of, self.budget, self.lookahead = list(paths), estimate_of, budget, lookahead
+        self.look_further = look_further  # False: past the lookahead, the first in order (before session 23)
         self.in_flight: dict[Path, int] = {}
 
     def __len__(self) -> int:
@@ -278,17 +282,34 @@ class ProblemQueue:
         pick = 0
         if self.budget is not None:
             free = self.budget - max(sum(self.in_flight.values()), reserved_now)
-            for k, path in enumerate(self.paths[:self.lookahead]):
-                need = self.estimate_of(path)
-                if need is None or need <= free:
-                    pick = k
-                    break
+            fits = (k for k, path in enumerate(self.paths[:self.lookahead])
+                    if (need := self.estimate_of(path)) is None or need <= free)
+            # further on, only a counted one: an unknown one there may be as large as those it would pass
+            further = (k for k, path in enumerate(self.paths[self.lookahead:], start=self.lookahead)
+                       if (need := self.estimate_of(path)) is not None and need <= free)
+            pick = next(fits, None)
+            if pick is None:
+                pick = next(further, 0) if self.look_further else 0
         path = self.paths.pop(pick)
         self.in_flight[path] = self.estimate_of(path) or 0
         return path, pick
 
     def done(self, path: Path) -> None:
         self.in_flight.pop(path, None)
+
+
+def count_order(paths: list[Path]) -> list[Path]:
+    """The order the counter counts the problems in: from both ends of the sweep's order in turn (the largest,
+    the smallest, the next largest, ...), so the first slots know both the problems they would take in order
+    and the small ones that fit beside them."""
+    order: list[Path] = []
+    low, high = 0, len(paths) - 1
+    while low <= high:
+        order.append(paths[low])
+        if high != low:
+            order.append(paths[high])
+        low, high = low + 1, high - 1
+    return order
 
 
 async def memory_budget(options: Any, jobs: int, spares_per_slot: int) -> int | None:
@@ -306,7 +327,7 @@ async def memory_budget(options: Any, jobs: int, spares_per_slot: int) -> int | 
 
 async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | None, quiet: bool = False,
                 spares_per_slot: int | None = None, give_up_after: int = 0,
-                count_ahead: bool = True) -> list[dict[str, Any]]:
+                count_ahead: bool = True, look_further: bool = True) -> list[dict[str, Any]]:
     """Every problem through `jobs` slots side by side. A slot's evaluator keeps `spares_per_slot` spare
     workers warming (`[eval] spares`; on a GPU: interpreter, torch, CUDA context, CUPTI; about 8-10 s on
     the H200) and hands out the oldest: with one, an evaluation shorter than a warm-up waited for the next
@@ -331,7 +352,7 @@ async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | No
     if count_ahead:
         counter = TaskCounter(python=options.python, precision=options.precision,
                               seed=options.seed if options.seed is not None else 42)
-        counter.ahead(list(paths))
+        counter.ahead(count_order(list(paths)) if look_further else list(paths))
     cap = int(options.gpu_memory_gb * GIB) if options.gpu_memory_gb else None
 
     def estimate_of(path: Path) -> int | None:
@@ -341,7 +362,8 @@ async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | No
         need = estimate_bytes(int(counts.footprint["footprint_bytes"]), cap)
         return min(need, cap) if cap else need
 
-    queue = ProblemQueue(paths, estimate_of, await memory_budget(options, jobs, spares_per_slot))
+    queue = ProblemQueue(paths, estimate_of, await memory_budget(options, jobs, spares_per_slot),
+                         look_further=look_further)
     lock_path = gpu_lock_path(options.gpu) if queue.budget is not None else None
     rows: list[dict[str, Any]] = []
     out = rows_path.open("a", encoding="utf-8") if rows_path else None
@@ -356,6 +378,11 @@ async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | No
             evaluator.expect_task_counts()
         evaluator.prewarm()
         try:
+            if counter is not None and queue.budget is not None and look_further:
+                # The first hand-outs plan with counts (a few ms each once the counter has imported): the
+                # largest problems and the smallest, which fill the slots the largest leave no memory for.
+                for path in count_order(list(queue.paths))[:2 * max(1, jobs)]:
+                    await counter.counts_of(path)
             while queue and not gave_up():
                 # the GPU's ledger is read off the event loop; the queue itself only on it
                 held = await asyncio.to_thread(reserved_bytes, lock_path) if lock_path is not None else 0
@@ -479,6 +506,9 @@ def main(argv: list[str] | None = None) -> int:
                          "them all ahead, and spares start without what counting needs)")
     ap.add_argument("--give-up-after", type=int, default=0, metavar="N",
                     help="stop taking problems when the first N rows are all unexpected (0: never)")
+    ap.add_argument("--no-look-further", dest="look_further", action="store_false",
+                    help="where none of the next 16 problems fits in memory, take the next anyway (it waits in its "
+                         "worker), as before session 23, instead of a smaller counted one further on")
     args = ap.parse_args(argv)
     folder = Path(args.folder)
     if not folder.is_dir():
@@ -504,11 +534,12 @@ def main(argv: list[str] | None = None) -> int:
     turns = context_slots()  # spares' context creations at once (CUDAFORGE_CONTEXT_TURNS), 0: no limit
     print(f"sweeping {len(paths)} problems on {args.device}, {args.jobs} in flight"
           + (f", cap {args.gpu_memory_gb:g} GiB" if args.gpu_memory_gb else "")
-          + f", context turns {turns or 'unlimited'}", file=sys.stderr, flush=True)
+          + f", context turns {turns or 'unlimited'}"
+          + (", next in order past the lookahead" if not args.look_further else ""), file=sys.stderr, flush=True)
     start = time.perf_counter()
     rows = asyncio.run(sweep(paths, options, args.jobs, Path(args.rows) if args.rows else None,
                              spares_per_slot=args.spares_per_slot, give_up_after=args.give_up_after,
-                             count_ahead=not args.count_in_workers))
+                             count_ahead=not args.count_in_workers, look_further=args.look_further))
     if args.give_up_after and len(rows) < len(paths) and not any(r["expected"] for r in rows[:args.give_up_after]):
         print(f"kernelbench_sweep: gave up: the first {args.give_up_after} rows were all unexpected",
               file=sys.stderr, flush=True)

@@ -289,6 +289,30 @@ def test_the_sweep_hands_a_slot_a_problem_that_fits_before_one_that_would_wait_f
     assert [plain.take() for _ in paths] == [(p, 0) for p in paths]
 
 
+
+def test_the_sweep_looks_past_its_lookahead_for_a_counted_problem_that_fits(tmp_path: Path) -> None:
+    """Where none of the next `lookahead` problems fits, a slot takes the first counted one further on that does
+    (the small problems at the end of a longest-first order), never an uncounted one there; the counter counts
+    from both ends of the order, so the first slots know the small ones."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import kernelbench_sweep as sweep
+    finally:
+        sys.path.pop(0)
+    gib = sweep.GIB
+    paths = [tmp_path / "level1" / f"{k}_p.py" for k in range(1, 8)]
+    need = {paths[0]: 20 * gib, paths[1]: 20 * gib, paths[2]: 20 * gib, paths[3]: 20 * gib, paths[4]: None,
+            paths[5]: 2 * gib, paths[6]: 1 * gib}
+    queue = sweep.ProblemQueue(paths, need.get, budget=45 * gib, lookahead=2)
+    assert queue.take() == (paths[0], 0) and queue.take() == (paths[1], 0)
+    # 5 GiB free: paths[2], paths[3] (the lookahead) do not fit, paths[4] is not counted, paths[5] fits
+    assert queue.take() == (paths[5], 3)
+    assert queue.take() == (paths[6], 3)
+    assert queue.take() == (paths[2], 0)  # nothing counted fits any more: the next in order (it waits in its worker)
+    assert sweep.count_order(paths) == [paths[0], paths[6], paths[1], paths[5], paths[2], paths[4], paths[3]]
+    assert sweep.count_order(paths[:2]) == paths[:2] and sweep.count_order([]) == []
+
+
 @pytest.mark.gpu
 def test_gpu_memory_bound_on_a_large_softmax(tmp_path: Path, gpu_options: EvalOptions) -> None:
     """(evaluation peak - 1 GiB) <= 1.25 x the reference's own peak, read from PyTorch's allocator; the
