@@ -529,12 +529,8 @@ def main(argv: list[str] | None = None) -> int:
                            Path(args.cache_dir) if args.cache_dir else None)
     if args.jobs is None:
         args.jobs = asyncio.run(default_jobs(paths, options))
-    from cudaforge.engine.gpu.turns import context_slots
-
-    turns = context_slots()  # spares' context creations at once (CUDAFORGE_CONTEXT_TURNS), 0: no limit
     print(f"sweeping {len(paths)} problems on {args.device}, {args.jobs} in flight"
           + (f", cap {args.gpu_memory_gb:g} GiB" if args.gpu_memory_gb else "")
-          + f", context turns {turns or 'unlimited'}"
           + (", next in order past the lookahead" if not args.look_further else ""), file=sys.stderr, flush=True)
     start = time.perf_counter()
     rows = asyncio.run(sweep(paths, options, args.jobs, Path(args.rows) if args.rows else None,

@@ -252,18 +252,14 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
             preload_counting()
             step("counting_s")
         if device == "cuda" and torch.cuda.is_available():
-            from cudaforge.engine.gpu.turns import context_turn
-
-            with context_turn(lock_path, job.exists):  # a few context creations at a time (turns.py)
-                step("context_turn_wait_s")
-                with _gpu_lock(lock_path, job.exists):
-                    step("lock_wait_s")
-                    torch.cuda.set_device(gpu)
-                    torch.zeros(1, device=f"cuda:{gpu}")
-                    torch.cuda.synchronize()
-                    pipeline.GPU_STATE["context"] = True  # the job needs no turn at the lock for it
-                    nvrtc._driver()
-                    step("context_s")
+            with _gpu_lock(lock_path, job.exists):
+                step("lock_wait_s")
+                torch.cuda.set_device(gpu)
+                torch.zeros(1, device=f"cuda:{gpu}")
+                torch.cuda.synchronize()
+                pipeline.GPU_STATE["context"] = True  # the job needs no turn at the lock for it
+                nvrtc._driver()
+                step("context_s")
             if warm_ncu:  # a profile spare, under ncu: its session set up by a kernel ncu replays
                 # A reader, as the context creation: never inside a timed window, and beside other evaluations'
                 # side-by-side work, which measures nothing. The warm-up's metrics are dropped, so it needs no
