@@ -64,6 +64,7 @@ sweep-level2|9|gpu,kernelbench|The same for level 2
 sweep-level3|9|gpu,kernelbench|The same for level 3
 sweep-all|9|gpu,kernelbench|Do all 250 problems get their verdicts in one sweep, and how long does it take (the issue's 5-minute target): bench/kernelbench_sweep.py --levels 1,2,3
 sweep-recheck|4|gpu,kernelbench|The same for the problems listed in bench/lists/sweep-recheck.txt (the last sweep's misses and outliers)
+rnn-alone|2|gpu,kernelbench|How long is a host-bound RNN's timed call with no other evaluation beside it (bench/lists/rnn-windows.txt, one at a time): bench/kernelbench_sweep.py --jobs 1, its rows' timing record
 window-stacks|2|gpu,kernelbench|What do timed windows do while they hold the GPU alone (cuDNN problems, bench/lists/cudnn-windows.txt): a sweep with stack samples, bench/stack_summary.py
 batch|8|gpu,kernelbench,wheels|Do 4 sessions at once over the ten largest level-1 problems stay out of oom under the cap: bench/batch_largest.py
 tui|4|gpu,wheels|Does the workbench run a review session on the GPU, and how fast do keys render: bench/workbench_session.py
@@ -201,7 +202,7 @@ step() {
         triton)
             run triton.log "$STEP_LIMIT" "$PY" bench/triton_gpu.py --json "$OUT/triton_gpu.json"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 '^accepted' "$OUT/triton.log" | cut -c1-90)" ;;
-        sweep-level[123]|sweep-all|sweep-recheck|window-stacks)
+        sweep-level[123]|sweep-all|sweep-recheck|window-stacks|rnn-alone)
             [ -n "$KB" ] || { printf 'skipped\tno KernelBench folder (carry .kb/ or set KERNELBENCH_DIR)\n'; return; }
             name=$1; [ "$SHARD" != 1/1 ] && name="$1-${SHARD/\//of}"
             local which=(--levels "${1#sweep-level}")
@@ -210,6 +211,8 @@ step() {
             [ "$1" = window-stacks ] && which=(--list bench/lists/cudnn-windows.txt)
             { [ "$1" = window-stacks ] || [ -n "${STACKS:-}" ]; } && stacks="$OUT/$name.stacks"
             [ "$1" = sweep-all ] && which=(--levels 1,2,3)
+            local jobs=$JOBS
+            [ "$1" = rnn-alone ] && which=(--list bench/lists/rnn-windows.txt) && jobs=1
             rm -f "$OUT/$name.rows.jsonl" "$OUT/$name.locklog"
             # The GPU's utilization every 0.5 s, and every process's lock events: bench/lock_timeline.py
             # splits the wall into exclusive, drain, shared and idle time from them.
@@ -221,7 +224,7 @@ step() {
             # shellcheck disable=SC2086
             run "$name.log" "$STEP_LIMIT" env CUDAFORGE_LOCK_LOG="$OUT/$name.locklog" ${stacks:+CUDAFORGE_STACK_SAMPLES=$stacks} \
                 "$PY" bench/kernelbench_sweep.py "$KB" "${which[@]}" \
-                --jobs "$JOBS" --gpu-memory-gb "$GPU_MEMORY_GB" --shard "$SHARD" --give-up-after 6 \
+                --jobs "$jobs" --gpu-memory-gb "$GPU_MEMORY_GB" --shard "$SHARD" --give-up-after 6 \
                 ${ORDER_FROM:+--order-from $ORDER_FROM} ${SWEEP_ARGS:-} \
                 --json "$OUT/$name.json" --rows "$OUT/$name.rows.jsonl"; rc=$?
             [ -n "$smi" ] && kill "$smi" 2>/dev/null
