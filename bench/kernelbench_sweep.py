@@ -157,7 +157,8 @@ def row_of(path: Path, result: Any, wall_s: float) -> dict[str, Any]:
 def timing_record(timing: Any) -> dict[str, Any] | None:
     """What made a problem's timed window as long as it was: how many times it was measured (a noisy window is
     measured again), the timed calls per side, the medians, the share of late launches and the timing
-    thread's host load (CPU time against the wall, preemptions, per-call host medians). The exclusive seconds
+    thread's host load (CPU time against the wall and of it in the kernel, the allocator's device maps in the
+    window, preemptions, the hypervisor's steal, per-call host medians). The exclusive seconds
     of the host-bound level-3 RNNs doubled between session 18 and 22; these say whether from re-measuring or
     from a slower host."""
     if timing is None:
@@ -168,8 +169,8 @@ def timing_record(timing: Any) -> dict[str, Any] | None:
         "trials": timing.candidate.trials,
         "reference_ms": round(timing.reference.median_ms, 4), "candidate_ms": round(timing.candidate.median_ms, 4),
         "late_launches": timing.settings.get("late_launches") or {},
-        "host_load": {k: load[k] for k in ("wall_s", "cpu_s", "involuntary_switches", "runnable", "iteration_us")
-                      if k in load},
+        "host_load": {k: load[k] for k in ("wall_s", "cpu_s", "system_s", "device_maps", "involuntary_switches",
+                                           "runnable", "steal_s", "iteration_us") if k in load},
     }
 
 
