@@ -12,6 +12,7 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -221,15 +222,21 @@ def test_broken_task_is_exit_2_whatever_the_candidate(tmp_path: Path) -> None:
 
 
 @needs_kb
+def _sweep_module() -> Any:
+    """bench/kernelbench_sweep.py as a module (bench/ is no package: its folder goes on the path for the import)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import kernelbench_sweep
+    finally:
+        sys.path.pop(0)
+    return kernelbench_sweep
+
+
 def test_cpu_sweep_of_the_20_fastest_problems_judges_every_one_correct(cpu_options: EvalOptions, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """bench/kernelbench_sweep.py on the CPU device over bench/kernelbench_cpu20.txt: every reference, renamed
     ModelNew, is correct and then not accepted for no_custom_kernel."""
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        import kernelbench_sweep as sweep
-    finally:
-        sys.path.pop(0)
+    sweep = _sweep_module()
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # two workers at once on two cores: one thread each
     paths = sweep.problems(KB, [], CPU20)
     assert len(paths) == 20
@@ -264,11 +271,7 @@ def test_the_sweep_hands_a_slot_a_problem_that_fits_before_one_that_would_wait_f
     """ProblemQueue: the next problem in order unless its estimate does not fit beside what is in flight (or
     what the ledger holds, whichever is more); then the first of the next ones that fits, and where none
     does, the next in order anyway (it waits for memory in its worker). An uncounted problem fits."""
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        import kernelbench_sweep as sweep
-    finally:
-        sys.path.pop(0)
+    sweep = _sweep_module()
     gib = sweep.GIB
     paths = [tmp_path / "level1" / f"{k}_p.py" for k in range(1, 7)]
     need = {paths[0]: 20 * gib, paths[1]: 20 * gib, paths[2]: 20 * gib, paths[3]: 4 * gib, paths[4]: None,
@@ -289,16 +292,11 @@ def test_the_sweep_hands_a_slot_a_problem_that_fits_before_one_that_would_wait_f
     assert [plain.take() for _ in paths] == [(p, 0) for p in paths]
 
 
-
 def test_the_sweep_looks_past_its_lookahead_for_a_counted_problem_that_fits(tmp_path: Path) -> None:
     """Where none of the next `lookahead` problems fits, a slot takes the first counted one further on that does
     (the small problems at the end of a longest-first order), never an uncounted one there; the counter counts
     from both ends of the order, so the first slots know the small ones."""
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        import kernelbench_sweep as sweep
-    finally:
-        sys.path.pop(0)
+    sweep = _sweep_module()
     gib = sweep.GIB
     paths = [tmp_path / "level1" / f"{k}_p.py" for k in range(1, 8)]
     need = {paths[0]: 20 * gib, paths[1]: 20 * gib, paths[2]: 20 * gib, paths[3]: 20 * gib, paths[4]: None,
@@ -506,11 +504,7 @@ def test_the_reservation_after_the_reference_counts_what_was_on_the_device_at_it
 def test_the_sweep_runs_the_longest_problems_first_by_earlier_rows(tmp_path: Path) -> None:
     """--order-from: problems an earlier sweep timed go longest first (its wall less its spare wait); ones
     it never timed go before them, in their own order; a line that is no row is skipped."""
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        import kernelbench_sweep as sweep
-    finally:
-        sys.path.pop(0)
+    sweep = _sweep_module()
     paths = [tmp_path / "level1" / f"{k}_p.py" for k in range(1, 6)]
     rows = tmp_path / "rows.jsonl"
     rows.write_text("\n".join([
