@@ -350,10 +350,15 @@ async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | No
     from cudaforge.engine.worker.memory import estimate_bytes
 
     counter = None
+    # The first hand-outs plan with counts (a few ms each once the counter has imported): the largest problems
+    # and the smallest, which fill the slots the largest leave no memory for (count_order).
+    counted_first: list[Path] = []
     if count_ahead:
         counter = TaskCounter(python=options.python, precision=options.precision,
                               seed=options.seed if options.seed is not None else 42)
-        counter.ahead(count_order(list(paths)) if look_further else list(paths))
+        order = count_order(list(paths)) if look_further else list(paths)
+        counter.ahead(order)
+        counted_first = order[:2 * max(1, jobs)] if look_further else []
     cap = int(options.gpu_memory_gb * GIB) if options.gpu_memory_gb else None
 
     def estimate_of(path: Path) -> int | None:
@@ -379,10 +384,8 @@ async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | No
             evaluator.expect_task_counts()
         evaluator.prewarm()
         try:
-            if counter is not None and queue.budget is not None and look_further:
-                # The first hand-outs plan with counts (a few ms each once the counter has imported): the
-                # largest problems and the smallest, which fill the slots the largest leave no memory for.
-                for path in count_order(list(queue.paths))[:2 * max(1, jobs)]:
+            if counter is not None and queue.budget is not None:
+                for path in counted_first:
                     await counter.counts_of(path)
             while queue and not gave_up():
                 # the GPU's ledger is read off the event loop; the queue itself only on it
