@@ -221,7 +221,6 @@ def test_broken_task_is_exit_2_whatever_the_candidate(tmp_path: Path) -> None:
     assert data["outcome"] == "task_error" and "get_inputs() raised" in data["message"]
 
 
-@needs_kb
 def _sweep_module() -> Any:
     """bench/kernelbench_sweep.py as a module (bench/ is no package: its folder goes on the path for the import)."""
     sys.path.insert(0, str(REPO / "bench"))
@@ -232,6 +231,7 @@ def _sweep_module() -> Any:
     return kernelbench_sweep
 
 
+@needs_kb
 def test_cpu_sweep_of_the_20_fastest_problems_judges_every_one_correct(cpu_options: EvalOptions, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """bench/kernelbench_sweep.py on the CPU device over bench/kernelbench_cpu20.txt: every reference, renamed
