@@ -278,7 +278,7 @@ step() {
             printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/ncu_spares.log")" ;;
         disturbance)
             run disturbance.log "$STEP_LIMIT" "$PY" bench/window_disturbance.py --json "$OUT/window_disturbance.json"; rc=$?
-            printf '%s\t%s\n' "$(status $rc)" "$(grep -m1 '^| context' "$OUT/disturbance.log" | cut -c1-90)" ;;
+            printf '%s\t%s\n' "$(status $rc)" "$(grep -E '^\| (spare-)?context' "$OUT/disturbance.log" | cut -c1-90 | tr '\n' ' ')" ;;
         host-copy)
             run host_copy.log "$STEP_LIMIT" "$PY" bench/host_copy_bench.py --gib 2 --json "$OUT/host_copy.json"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/host_copy.log")" ;;

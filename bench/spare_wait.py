@@ -47,7 +47,7 @@ EXAMPLES = REPO / "examples"
 KEY_ENV = "CF_SCRIPTED_KEY"
 # spare_fork: a spare forked from the zygote (engine/evaluation/zygote.py), fork to warm-up; spare_python_start an
 # exec'd one's, exec to warm-up: one of the two is set.
-WARM = ("spare_python_start", "spare_fork", "spare_import", "spare_counting", "spare_lock_wait", "spare_context",
+WARM = ("spare_python_start", "spare_fork", "spare_import", "spare_counting", "spare_context",
         "spare_check_kernels", "spare_warm_checks", "spare_cupti", "spare_cupti_prepare",
         "spare_cupti_enable", "spare_cupti_disable", "spare_handoff", "app")
 

@@ -12,6 +12,10 @@ and over:
   keeps out of windows);
 - context: creates and destroys a CUDA context (the driver API's primary context, a 1 MiB allocation in it),
   as a spare's warm-up does once;
+- spare-context: SPARE_CONTEXT_PROCESSES processes, each forking children that make their context with the
+  engine's own open_context (engine/gpu/context.py, what a spare and a worker do without a hold) and exit,
+  as a sweep's spares do several at once; its window is SPARE_CONTEXT_CALLS x --calls long, so that many
+  creations fall inside it;
 - alloc: allocates 2 GiB and gives it back to the driver (cudaMalloc / cudaFree: a worker's memory release);
 - pin: page-locks and unlocks 1 GiB of host memory (cudaHostRegister / Unregister: the host buffers' trim);
 - profiler: starts and stops a CUPTI session with no kernels (the kernel check's and the timer's stop);
@@ -43,7 +47,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ACTIONS = ("kernel", "context", "alloc", "pin", "profiler", "copy", "cpu")
+ACTIONS = ("kernel", "context", "spare-context", "alloc", "pin", "profiler", "copy", "cpu")
+SPARE_CONTEXT_PROCESSES = 4  # a sweep's spares warm several at once
+SPARE_CONTEXT_CALLS = 10  # one creation takes 0.1-0.5 s; the idle window of 2,000 calls a side, ~0.3 s
 SLOW = 1.10  # a call over this multiple of idle's median counts as disturbed
 
 
@@ -64,6 +70,28 @@ def _driver_context_loop() -> Callable[[], None]:
         cuda.cuMemFree_v2(ptr)
         cuda.cuCtxSetCurrent(None)
         cuda.cuDevicePrimaryCtxRelease_v2(dev)  # the last reference: the context is destroyed
+
+    return once
+
+
+def _forked_context_loop() -> Callable[[], None]:
+    """One child forked per call (torch imported here, CUDA never initialized in this process) that makes its
+    context with the engine's open_context and exits: the context goes with the process, as a spare's does."""
+    import torch  # noqa: F401  the children start with it imported, as forked spares do
+    from cudaforge.engine.gpu.context import context_is_current, open_context
+
+    def once() -> None:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                open_context(0)
+                code = 0 if context_is_current() else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise RuntimeError(f"open_context in a forked child exited {os.waitstatus_to_exitcode(status)}")
 
     return once
 
@@ -113,14 +141,18 @@ def disturb(action: str, stop: Path, count: Path) -> int:
             sum(range(10_000))
     elif action == "context":
         once = _driver_context_loop()
+    elif action == "spare-context":
+        once = _forked_context_loop()
     else:
         once = _torch_loop(action)
     print("ready", flush=True)
     n = 0
-    while not stop.exists():
-        once()
-        n += 1
-    count.write_text(str(n))
+    try:
+        while not stop.exists():
+            once()
+            n += 1
+    finally:
+        count.write_text(str(n))  # a disturber that failed still says how often it did its thing
     return 0
 
 
@@ -142,12 +174,12 @@ class Disturbers:
         for proc in self.procs:
             line = proc.stdout.readline() if proc.stdout else ""
             if line.strip() != "ready":
-                self._end()
+                self._end(check=False)
                 raise RuntimeError(f"disturber {self.action!r} did not start (exit {proc.poll()})")
         time.sleep(0.2)  # its loop is running
         return self
 
-    def _end(self) -> None:
+    def _end(self, check: bool = True) -> None:
         (self.folder / "stop").touch()
         for proc in self.procs:
             try:
@@ -160,6 +192,9 @@ class Disturbers:
             f.unlink()
         (self.folder / "stop").unlink(missing_ok=True)
         self.folder.rmdir()
+        failed = [p.returncode for p in self.procs if p.returncode != 0]
+        if failed and check:  # the window was not disturbed as the row would say
+            raise RuntimeError(f"disturber {self.action!r} failed (exit {failed[0]}) after {self.counts} times")
 
     def __exit__(self, *exc: object) -> None:
         self._end()
@@ -252,8 +287,10 @@ def main(argv: list[str] | None = None) -> int:
         rows = [summarize("idle", idle_samples, None, None, timer)]
         for action in actions:
             try:
-                with Disturbers(action, (os.cpu_count() or 1) if action == "cpu" else 1) as d:
-                    samples = window(timer, sides, args.calls)
+                processes = {"cpu": os.cpu_count() or 1, "spare-context": SPARE_CONTEXT_PROCESSES}.get(action, 1)
+                calls = args.calls * (SPARE_CONTEXT_CALLS if action == "spare-context" else 1)
+                with Disturbers(action, processes) as d:
+                    samples = window(timer, sides, calls)
             except RuntimeError as exc:  # a disturber that cannot run here: the other conditions still count
                 rows.append({"condition": action, "error": str(exc)})
                 continue

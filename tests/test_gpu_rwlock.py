@@ -515,3 +515,41 @@ def test_the_tasks_own_construction_runs_without_the_hold_until_its_first_gpu_op
     finally:
         gpu_share.release_all()
     assert gpu_share.off_the_gpu(lambda: "no lock", gpu_type="meta") == "no lock"  # the CPU device: no hold
+
+
+@pytest.mark.gpu
+def test_a_spare_makes_its_context_while_a_window_holds_the_gpu(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real spare on the GPU, started while a writer (a timed window's stand-in) holds the lock: its CUDA
+    context is on the card (nvidia-smi lists the process) while the writer still holds, with no hold of its
+    own, and its first hold (the checks' warm-up) comes only after the writer let go (engine/gpu/context.py)."""
+    from cudaforge.engine.gpu.lock import _compute_apps
+    from cudaforge.engine.worker.entry import SPARE_READY
+
+    lock, log, go = tmp_path / "gpu0.lock", tmp_path / "lock.log", tmp_path / "go"
+    monkeypatch.setenv(rwlock.LOG_ENV, str(log))  # the writer's and the spare's holds, in one log
+    writer = Actor(lock, rwlock.WRITE, 0.0, tmp_path / "w.json", "--until", str(go))
+    writer.wait_for("acquired")
+    workdir = tmp_path / "spare"
+    (workdir / "sandbox").mkdir(parents=True)
+    spare = subprocess.Popen([sys.executable, "-m", "cudaforge.engine.worker", "--spare", str(workdir), "cuda", "0",
+                              "--lock", str(lock), "--cupti"])
+    try:
+        _until(lambda: any(row["pid"] == spare.pid for row in _compute_apps(0)) or spare.poll() is not None, 180)
+        assert spare.poll() is None, f"the spare exited with {spare.returncode}"
+        time.sleep(0.5)  # it goes on to its first hold, and waits there
+        mine = [line.split() for line in log.read_text().splitlines() if line.split()[1] == str(spare.pid)] \
+            if log.exists() else []
+        assert [row[2:] for row in mine] == [["want", rwlock.READ, "warm"]], mine
+        assert not (workdir / SPARE_READY).exists()
+        go.touch()
+        _until(lambda: (workdir / SPARE_READY).exists(), 120)
+    finally:
+        go.touch()
+        spare.kill()
+        spare.wait(30)
+    writer.finish()
+    ready = json.loads((workdir / SPARE_READY).read_text())
+    assert ready["steps"]["context_s"] > 0 and "check_kernels_s" in ready["steps"]
+    order = [(int(pid), event) for _, pid, event, _, _ in (line.split() for line in log.read_text().splitlines())]
+    assert order.index((spare.pid, "got")) > order.index((writer.proc.pid, "drop")), order

@@ -59,6 +59,15 @@ def test_a_conditions_row_compares_each_side_with_idle_and_the_table_shows_it() 
     assert failed.startswith("| pin | disturber 'pin' did not start") and failed.count("|") == lines[3].count("|")
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="with a GPU the children make their contexts")
+def test_a_disturber_whose_action_fails_makes_an_error_not_a_quiet_row() -> None:
+    """spare-context's forked children cannot make a context without a GPU: the disturber exits non-zero and
+    the condition is an error (no row saying the window was disturbed and nothing changed)."""
+    with pytest.raises(RuntimeError, match="disturber 'spare-context' failed \\(exit 1\\) after 0 times"), \
+            wd.Disturbers("spare-context", processes=1):
+        time.sleep(1.0)
+
+
 def test_an_unknown_condition_is_refused_with_the_known_ones() -> None:
     assert wd.main(["--only", "context,teleport"]) == 2
 

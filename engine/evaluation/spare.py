@@ -2,8 +2,9 @@
 
 The spare runs `python -m cudaforge.engine.worker --spare WORKDIR DEVICE GPU` under the same
 supervisor as every worker (scrubbed environment, rlimits, subreaper sweep). It imports torch and the
-evaluation code, creates the CUDA context (as a reader of the per-GPU lock, so it never
-falls inside another worker's timed window) and, outside ncu, starts CUPTI for the kernel check, writes `ready.json` and waits (phase "idle", with its own
+evaluation code, creates the CUDA context (with no hold: no kernel, no allocation of ours,
+engine/gpu/context.py), runs its first kernels as a reader of the per-GPU lock (so they never fall inside
+another worker's timed window) and, outside ncu, starts CUPTI for the kernel check, writes `ready.json` and waits (phase "idle", with its own
 limit) for `job.json`. Submitting a job is writing that file; from then on the normal phase limits
 apply. A spare is never given a second job: the caller drops it after one use, whatever happened.
 Every live spare is also killed at interpreter exit, and the supervisor exits (killing its tree) when
@@ -11,7 +12,7 @@ the app's process is gone, so no spare outlives the app.
 
 When the next spare starts (Evaluator/Profiler): on CUDA, as soon as the current spare takes its job,
 so its process start and imports overlap this round's evaluation and profile; its GPU part
-(the context) waits for a read hold of the per-GPU lock, where announced jobs go first (engine/gpu/turns.py), so
+(the first kernels) waits for a read hold of the per-GPU lock, where announced jobs go first (engine/gpu/turns.py), so
 it warms right after this round's profile instead of between the evaluation and its profile.
 
 How many: a `SparePool` keeps `[eval] spares` of them warm (CUDA; one at most on the CPU device) and hands
@@ -102,8 +103,9 @@ def start_spare(*, key: str, prefix: Sequence[str], python: str, device: str, gp
     workdir = make_workdir(label)
     argv = [*prefix, python, "-m", "cudaforge.engine.worker", "--spare", str(workdir), device, str(gpu)]
     if device == "cuda":
-        # The warm-up's GPU part (context creation) is a reader of the per-GPU lock: a context
-        # created while another worker times kernels disturbs those timings.
+        # The warm-up's first kernels are a reader of the per-GPU lock: a kernel launched while another
+        # worker times its own disturbs those timings (its context creation needs no hold:
+        # engine/gpu/context.py).
         argv += ["--lock", str(gpu_lock_path(gpu))]
         if not prefix:
             argv.append("--cupti")  # start CUPTI for the kernel check; never under ncu (one subscriber)

@@ -1,7 +1,8 @@
 """Jobs before warm-ups at the per-GPU lock.
 
-A spare's warm-up (CUDA context creation) is a reader of the per-GPU lock (engine/gpu/rwlock.py): it runs
-side by side with other readers and never inside a timed window. Among readers, a job goes first: a process
+A spare's warm-up (its first kernels: the checks', after its CUDA context, which needs no hold:
+engine/gpu/context.py) is a reader of the per-GPU lock (engine/gpu/rwlock.py): it runs side by side with
+other readers and never inside a timed window. Among readers, a job goes first: a process
 with a job announces it (a file named after its pid in `<lock>.jobs/`) while it waits at the GPU lock, and
 an idle spare takes its read hold only while no live job is announced, so a warm-up for a *later* round
 never sits between this round's job and the GPU. A spare that is handed a job while it warms announces that

@@ -245,6 +245,7 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
     from cudaforge.engine.worker import pipeline  # the evaluation code, loaded while the LLM thinks
     with contextlib.suppress(Exception):  # a failure here shows up again, properly reported, in the job
         from cudaforge.engine import nvrtc, observe
+        from cudaforge.engine.gpu.context import open_context
 
         preload(device)
         step("import_s")
@@ -252,16 +253,15 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
             preload_counting()
             step("counting_s")
         if device == "cuda" and torch.cuda.is_available():
-            with _gpu_lock(lock_path, job.exists):
-                step("lock_wait_s")
-                torch.cuda.set_device(gpu)
-                torch.zeros(1, device=f"cuda:{gpu}")
-                torch.cuda.synchronize()
-                pipeline.GPU_STATE["context"] = True  # the job needs no turn at the lock for it
-                nvrtc._driver()
-                step("context_s")
+            # No hold: a context creation launches and allocates nothing of ours (engine/gpu/context.py), and
+            # under a hold spares' context turns were the last reader 67-99 of the H200 sweeps' 250 windows
+            # waited for (about 30 s of each sweep's drain, sessions 18 and 22).
+            open_context(gpu)
+            pipeline.GPU_STATE["context"] = True  # the job needs no turn at the lock for it
+            nvrtc._driver()
+            step("context_s")
             if warm_ncu:  # a profile spare, under ncu: its session set up by a kernel ncu replays
-                # A reader, as the context creation: never inside a timed window, and beside other evaluations'
+                # A reader, as the checks' warm-up below: never inside a timed window, and beside other evaluations'
                 # side-by-side work, which measures nothing. The warm-up's metrics are dropped, so it needs no
                 # GPU to itself (as a writer it stalled the next round's correctness by 0.8 s in 3 of 7 H200
                 # latency rounds).
@@ -272,9 +272,8 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
             if warm_cupti:  # an evaluation's spare (not ncu's)
                 from cudaforge.engine import check_kernels
 
-                # The checks' fused kernels, in a turn of their own: a timed window waiting meanwhile goes
-                # between the two (under a sweep's load a spare's context creation alone held the GPU 0.74 s
-                # median, 2.0 s p90, H200).
+                # The checks' fused kernels (and the allocator's first segment), in a turn of their own: a
+                # timed window waiting meanwhile goes between the two.
                 with _gpu_lock(lock_path, job.exists):
                     check_kernels.prepare(torch.device("cuda", gpu))
                 step("check_kernels_s")

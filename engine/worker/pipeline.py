@@ -13,6 +13,7 @@ from typing import Any
 
 from cudaforge.engine import observe, speed_of_light
 from cudaforge.engine.compiler_log import headline
+from cudaforge.engine.gpu.context import open_context
 from cudaforge.engine.integrity import evidence, precision, streams
 from cudaforge.engine.integrity import runtime as runtime_checks
 from cudaforge.engine.integrity.outputs import check_cache_reuse
@@ -111,7 +112,7 @@ def _device(job: EvalJob) -> Any:
         if index >= torch.cuda.device_count():
             raise CandidateFailure("unavailable", f"GPU {index} does not exist ({torch.cuda.device_count()} visible)")
         device = torch.device("cuda", index)
-        create_context(job, device)  # setting the device may create the context: as a reader of the lock
+        create_context(job, device)
         return device
     return torch.device("cpu")
 
@@ -847,9 +848,9 @@ def warm_checks(device: Any) -> None:
 
 
 def create_context(job: EvalJob, device: Any) -> None:
-    """Create this worker's CUDA context as a reader of the GPU lock (a spare did it in its warm-up):
-    creating a context does device work, and it must not fall inside another evaluation's timing
-    window; it may run beside other readers. The build that follows holds nothing."""
+    """Create this worker's CUDA context (a spare did it in its warm-up): with no hold of the GPU lock, since
+    it launches and allocates nothing of ours (engine/gpu/context.py); the first device work after it is
+    a reader's. The build that follows holds nothing either."""
     if device.type != "cuda":
         return
     import torch
@@ -857,15 +858,9 @@ def create_context(job: EvalJob, device: Any) -> None:
     if GPU_STATE["context"]:
         torch.cuda.set_device(device)  # the spare's, made in its warm-up
         return
-    gpu_share.read(job.gpu_lock_path, "context_wait")
-    try:
-        phase("context")
-        torch.cuda.set_device(device)
-        torch.zeros(1, device=device)
-        torch.cuda.synchronize(device)
-        GPU_STATE["context"] = True
-    finally:
-        gpu_share.release_hold()
+    phase("context")
+    open_context(device.index if device.index is not None else 0)
+    GPU_STATE["context"] = True
 
 
 CONTEXT_BYTES = 768 << 20  # one CUDA context (+ its module images) of each of our processes on the card
