@@ -27,6 +27,7 @@
 #   STEP_LIMIT       seconds a step may run (500; the call also installs the package first)
 #   STEP_LIMITS      per-step limits that override it, e.g. "tests=230 sol=300"
 #   SWEEP_ARGS       more arguments for the sweep steps' kernelbench_sweep.py, e.g. "--no-look-further"
+#   TESTS_K          a pytest -k expression for the tests steps: only the GPU tests it names (e.g. a new one)
 #   TEST_WORKERS     pytest-xdist processes for the test steps where xdist is installed (4; 0: one process).
 #                    The evaluations of parallel tests share the GPU through the same lock as any of ours.
 # Steps that drive a session or the workbench need textual/openai/anthropic/tomlkit/pydantic: where they are
@@ -169,7 +170,7 @@ step() {
             wheels  # tests that drive a session (scripted replies through the real SDKs) need them
             # shellcheck disable=SC2046
             run "$1.log" "$STEP_LIMIT" env PYTHONPATH="$WHEEL_PATH" "$PY" -m pytest -v -p no:cacheprovider -m gpu -rfE \
-                --tb=short --durations=10 "${xdist[@]}" $(gpu_test_files $kind); rc=$?
+                --tb=short --durations=10 "${xdist[@]}" ${TESTS_K:+-k "$TESTS_K"} $(gpu_test_files $kind); rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(pytest_line "$OUT/$1.log")" ;;
         examples)
             run examples.log "$((STEP_LIMIT - 30))" "$PY" bench/gpu_examples.py --formats nvrtc,inline \
