@@ -702,7 +702,7 @@ def shape_findings(task: Any, source: str, path: str, init: list[Any], model: An
                    seed: int, evict: Callable[[], None] = lambda: None,
                    to_host: Callable[[list[Any]], list[Any]] = list,
                    share: Callable[[Any, Any], Any] = lambda reference, candidate: None,
-                   build_model: Callable[[Callable[[], Any]], Any] = lambda build: build()) -> list[Finding]:
+                   build_model: Callable[[Callable[[], Any], str], Any] = lambda build, role: build()) -> list[Finding]:
     """`shape_specialized` when the candidate is wrong, crashes or refuses at a second, smaller set of sizes
     at which the reference works; a `shape_check_skipped` note when the sizes cannot be changed.
 
@@ -713,8 +713,9 @@ def shape_findings(task: Any, source: str, path: str, init: list[Any], model: An
     output on the device at a time: the reference's output waits on the host (`to_host`) while the
     candidate runs on a second draw of the same seed (no clone). `share(reference, candidate)` runs before
     the new candidate is moved (the worker: its weights become the reference's, shared_weights.py).
-    `build_model(build)` runs each model's construction (the worker: without its read hold until the first
-    GPU op, gpu_share.off_the_gpu).
+    `build_model(build, role)` runs each model's construction, role "reference" first, then "candidate" (the
+    worker: without its read hold until the first GPU op, gpu_share.off_the_gpu; the candidate's replays the
+    reference's random fills, worker/init_replay.py).
     """
     constants = size_constants(task, source)
     if not constants:
@@ -735,7 +736,7 @@ def shape_findings(task: Any, source: str, path: str, init: list[Any], model: An
             # step before, made the longest drains of the H200 sweeps' lock timelines.
             checkpoint()
             torch.manual_seed(seed)
-            ref_model = prepare(build_model(lambda: variant.Model(*new_init)))
+            ref_model = prepare(build_model(lambda: variant.Model(*new_init), "reference"))
             checkpoint()
         expected = to_host(_flat(run_reference(ref_model, inputs_for(variant))))
         checkpoint()
@@ -745,7 +746,7 @@ def shape_findings(task: Any, source: str, path: str, init: list[Any], model: An
     try:
         if rebuild:
             torch.manual_seed(seed)
-            cand = build_model(lambda: candidate_cls(*new_init))
+            cand = build_model(lambda: candidate_cls(*new_init), "candidate")
             share(ref_model, cand)  # before it moves: the weights it shares with the reference exist once
             cand = prepare(cand)
             copy_parameters(ref_model, cand)

@@ -90,6 +90,13 @@ def sub_phase(name: str) -> Any:
         _PHASES[key] = round(_PHASES.get(key, 0.0) + time.perf_counter() - start, 4)
 
 
+def add_part(name: str, seconds: float) -> None:
+    """Add `seconds` to `<phase>.<name>` of the current phase: a part timed by its own clock (sub_phase's
+    record, for work spread over many short stretches)."""
+    key = f"{_PHASE_START[0]}.{name}"
+    _PHASES[key] = round(_PHASES.get(key, 0.0) + seconds, 4)
+
+
 def import_file(path: str, module_name: str) -> types.ModuleType:
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:

@@ -28,12 +28,20 @@ from cudaforge.engine.results import (
     Timing,
     TrialCheck,
 )
-from cudaforge.engine.worker import gpu_share, memory, shared_weights, stream_capture, triton_support
+from cudaforge.engine.worker import (
+    gpu_share,
+    init_replay,
+    memory,
+    shared_weights,
+    stream_capture,
+    triton_support,
+)
 from cudaforge.engine.worker.compare import DEFAULT_TOLERANCE, compare_output, flatten_outputs
 from cudaforge.engine.worker.failures import CandidateFailure, TaskFailure
 from cudaforge.engine.worker.harness import (
     PHASE_END_HOOKS,
     BuildRecorder,
+    add_part,
     clone_inputs,
     current_numerics,
     import_file,
@@ -144,10 +152,41 @@ def load_task(job: EvalJob, device: Any) -> tuple[Any, list[Any], Any]:
         raise TaskFailure(f"{job.task_path}: get_init_inputs() must return a list or tuple, got {type(init).__name__}")
     torch.manual_seed(job.seed)
     try:
-        model = task.Model(*init)
+        model = _recorded(CONSTRUCTION, lambda: task.Model(*init))  # for the candidate's (build_candidate)
     except Exception as exc:
         raise TaskFailure(f"{job.task_path}: Model(*get_init_inputs()) raised {type(exc).__name__}: {exc}") from exc
     return task, list(init), model.eval()
+
+
+# The reference's construction, recorded for the candidate's: its fills are replayed where they repeat
+# exactly (init_replay.py), then let go, before the reference's host weights move to the device.
+CONSTRUCTION = init_replay.ConstructionRecord()
+
+
+def _recorded(record: Any, build: Any) -> Any:
+    """`build()` (a reference's construction) with its large random fills recorded in `record`, those that
+    live on in the model it returns."""
+    try:
+        with init_replay.recording(record):
+            model = build()
+    except BaseException:
+        record.clear()
+        raise
+    record.keep_only(model)
+    return model
+
+
+def _replayed(record: Any, build: Any) -> Any:
+    """`build()` (a candidate's construction) with `record`'s fills replayed, which are let go after it; the
+    seconds spent copying them are the current phase's `replay` part."""
+    stats = init_replay.ReplayStats()
+    try:
+        with init_replay.replaying(record, stats):
+            return build()
+    finally:
+        record.clear()
+        if stats.replayed:
+            add_part("replay", stats.seconds)
 
 
 def place(model: Any, job: EvalJob, device: Any) -> Any:
@@ -184,7 +223,7 @@ def build_candidate(job: EvalJob, recorder: BuildRecorder, task: Any, init: list
     phase("init")
     torch.manual_seed(job.seed)
     try:
-        model_new = module.ModelNew(*init)
+        model_new = _replayed(CONSTRUCTION, lambda: module.ModelNew(*init))
     except Exception as exc:
         if _is_build_error(exc):
             raise _compile_failure(str(exc), job, start) from None
@@ -755,6 +794,7 @@ def shape_check(job: EvalJob, task: Any, init: list[Any], model: Any, model_new:
 
     seed = job.seed + 40_000
     bound = memory.rule_allocator_bytes()
+    variant_record = init_replay.ConstructionRecord()
 
     def within_the_rule(call: Any) -> Any:
         """A call of the check under the memory rule's allocator bound: at odd sizes cuDNN took workspaces
@@ -783,8 +823,11 @@ def shape_check(job: EvalJob, task: Any, init: list[Any], model: Any, model_new:
         # Both models at the smaller sizes are built on the host without the read hold (level3/2_ShallowWideMLP:
         # 14.7 s each here, one CPU thread): the shape check was the longest sole holder of the H200 sweep's
         # drains (23.6 s, session 16). The first GPU op takes the hold back. The candidate's full-size import
-        # and constructor already run before its first hold (builds side by side): no new exposure.
-        build_model=lambda build: gpu_share.off_the_gpu(build, device.type))
+        # and constructor already run before its first hold (builds side by side): no new exposure. As at full
+        # size, the reference's construction is recorded and the candidate's replays its fills.
+        build_model=lambda build, role: gpu_share.off_the_gpu(
+            (lambda: _recorded(variant_record, build)) if role == "reference" else
+            (lambda: _replayed(variant_record, build)), device.type))
 
 
 def _evict(*models: Any) -> None:
