@@ -5,10 +5,8 @@ fill whose draws were changed, or that is not the same fill, is drawn. Last, a r
 from __future__ import annotations
 
 import asyncio
-import textwrap
 from pathlib import Path
 
-import pytest
 import torch
 from cudaforge.engine.candidate import load_candidate
 from cudaforge.engine.evaluation.evaluator import Evaluator
@@ -129,59 +127,16 @@ def test_another_seed_order_size_or_generator_is_drawn() -> None:
         assert torch.equal(drawn_state, candidate_state)
 
 
-TASK = '''
-import torch
-import torch.nn as nn
-
-features = 1024
-hidden = 2048
+WIDE = Path(__file__).parent / "tasks" / "wide_linear"
 
 
-class Model(nn.Module):
-    def __init__(self, features, hidden):
-        super().__init__()
-        self.up = nn.Linear(features, hidden)
-        self.down = nn.Linear(hidden, features)
-
-    def forward(self, x):
-        return self.down(torch.relu(self.up(x)))
-
-
-def get_inputs():
-    return [torch.randn(16, features)]
-
-
-def get_init_inputs():
-    return [features, hidden]
-'''
-
-CANDIDATE = '''
-import torch
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
-    """The reference's layers under other names: its weights match only by being drawn alike."""
-
-    def __init__(self, features, hidden):
-        super().__init__()
-        self.first = nn.Linear(features, hidden)
-        self.second = nn.Linear(hidden, features)
-
-    def forward(self, x):
-        return self.second(torch.relu(self.first(x)))
-'''
-
-
-def test_a_worker_replays_the_fills_at_full_size_and_in_the_shape_check(cpu_options, tmp_path: Path) -> None:
+def test_a_worker_replays_the_fills_at_full_size_and_in_the_shape_check(cpu_options) -> None:
     """A real evaluation (CPU device, worker process): a candidate whose layers have other names than the
     reference's, so it is right only if its weights are the reference's draws, is accepted; its
     construction's fills were replayed (`init.replay`), and so were those of the shape check's smaller
     models (`shapes.replay`)."""
-    (tmp_path / "task.py").write_text(textwrap.dedent(TASK))
-    (tmp_path / "candidate.py").write_text(textwrap.dedent(CANDIDATE))
-    result = asyncio.run(Evaluator(cpu_options).evaluate(load_task(tmp_path / "task.py"),
-                                                         load_candidate(tmp_path / "candidate.py")))
+    result = asyncio.run(Evaluator(cpu_options).evaluate(load_task(WIDE / "task.py"),
+                                                         load_candidate(WIDE / "sequential.py")))
     # Pure PyTorch: correct, and refused only for having no kernel of its own (as the KernelBench sweep's).
     assert result.outcome == "integrity_failure", result.message + result.traceback + result.stderr_tail
     assert [f.name for f in result.failing_findings()] == ["no_custom_kernel"]
@@ -191,10 +146,9 @@ def test_a_worker_replays_the_fills_at_full_size_and_in_the_shape_check(cpu_opti
     assert not any(f.name == "shape_specialized" for f in result.findings)
 
 
-@pytest.mark.parametrize("numel", [init_replay.MIN_NUMEL - 1])
-def test_a_fill_under_the_bound_is_not_recorded(numel: int) -> None:
+def test_a_fill_under_the_bound_is_not_recorded() -> None:
     record = init_replay.ConstructionRecord()
     with init_replay.recording(record):
-        t = torch.empty(numel).uniform_()
+        t = torch.empty(init_replay.MIN_NUMEL - 1).uniform_()
     record.keep_only(nn.ParameterList([nn.Parameter(t)]))
     assert record.fills == {}
