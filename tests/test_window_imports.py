@@ -92,13 +92,15 @@ def test_summary_groups_by_step_and_hold_longest_first() -> None:
 
 
 def test_the_spares_warm_up_of_the_checks_runs_every_primitive_and_imports_no_module_tree() -> None:
-    """pipeline.warm_checks (a spare's read turn) on the CPU device, in a fresh process: every primitive it
-    names runs (a renamed one would fail here, not silently in the spare) and none imports a module tree."""
+    """pipeline.warm_check_steps (a spare's read turns, one per step) on the CPU device, in a fresh process:
+    every primitive they name runs, in order (a renamed one would fail here, not silently in the spare, which
+    suppresses a step's error), and none imports a module tree."""
     code = textwrap.dedent(f"""
         import sys, json, torch
         from cudaforge.engine.worker import pipeline
         before = set(sys.modules)
-        pipeline.warm_checks(torch.device("cpu"))
+        for step in pipeline.warm_check_steps(torch.device("cpu")):
+            step()
         print(json.dumps(sorted(m for m in set(sys.modules) - before if m.startswith({HEAVY!r}))))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -277,11 +277,12 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
                 with _gpu_lock(lock_path, job.exists):
                     check_kernels.prepare(torch.device("cuda", gpu))
                 step("check_kernels_s")
-                # The checks' primitives once each, in a turn of their own again: a waiting window goes
-                # between. With them in the turn above, spares' warm-up turns were a waiting window's last
-                # holder for 3.4 s in all in the H200's whole sweep (0.1 s in session 14's, without them).
-                with contextlib.suppress(Exception), _gpu_lock(lock_path, job.exists):  # a job runs them anyway
-                    pipeline.warm_checks(torch.device("cuda", gpu))
+                # The checks' primitives once each, a turn for each: a waiting window goes between any two.
+                # With them in the turn above, spares' warm-up turns were a waiting window's last holder for
+                # 3.4 s in all in the H200's whole sweep (0.1 s in session 14's, without them).
+                for warm_step in pipeline.warm_check_steps(torch.device("cuda", gpu)):
+                    with contextlib.suppress(Exception), _gpu_lock(lock_path, job.exists):  # a job runs them anyway
+                        warm_step()
                 step("warm_checks_s")
                 # The kernel check's first profiler session loads and starts CUPTI: do it now, while the
                 # LLM thinks. Outside the GPU lock, so no queued evaluation waits behind it, and therefore
@@ -292,9 +293,11 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
                     pass
                 step("cupti_s")
                 steps.update(_cupti_parts(warm))
-    if device == "cuda":
-        with contextlib.suppress(Exception):
-            torch.cuda.empty_cache()  # a spare holds only its context until it gets a job
+    if device == "cuda" and torch.cuda.is_initialized():
+        # A spare holds only its context until it gets a job; freeing device memory is device work (another
+        # process's cudaFree slowed a timed window's calls by 11 %, bench/window_disturbance.py): a turn.
+        with contextlib.suppress(Exception), _gpu_lock(lock_path, job.exists):
+            torch.cuda.empty_cache()
     ready = {"pid": os.getpid(), "warm_s": round(time.perf_counter() - warm_start, 4), "device": device,
              "steps": steps}
     write_result(root / SPARE_READY, ready)

@@ -8,6 +8,7 @@ import re
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -864,30 +865,52 @@ def _place_both(job: EvalJob, model: Any, model_new: Any, device: Any) -> tuple[
 GPU_STATE = {"context": False}  # set by a spare that created its CUDA context during its warm-up
 
 
-def warm_checks(device: Any) -> None:
-    """Run the checks' own primitives once on a few small tensors (a spare's warm-up, as a reader): the first
-    call of each in a process pays for what it loads (the lazily loaded kernel modules of the PyTorch ops
-    they use, a device generator, pinned host memory), and in a round every one of them is on the path: on
-    the H200 a round's first fixed-value bounds took 50 ms and its shifted draw 44 ms (stack samples,
-    2026-12-04). Nothing here touches a task; what it allocates is freed."""
+def warm_check_steps(device: Any) -> list[Callable[[], None]]:
+    """The checks' own primitives, run once each on a few small tensors (a spare's warm-up, each step a
+    reader's turn of its own, so a timed window waiting meanwhile waits for one step, tens of ms, not for
+    all of them: 0.39 s median together in the H200 sweeps): the first call of each in a process pays for
+    what it loads (the lazily loaded kernel modules of the PyTorch ops they use, a device generator, pinned
+    host memory), and in a round every one of them is on the path: on the H200 a round's first fixed-value
+    bounds took 50 ms and its shifted draw 44 ms (stack samples, 2026-12-04). Nothing here touches a task;
+    the last step frees what the others allocated, device memory included (a free is device work)."""
     import torch
     from cudaforge.engine.integrity.outputs import _constant_values, reference_spreads
 
-    x = torch.randn(4096, device=device)
-    y = x + 1e-3
-    compare_output(0, x, y, 1e-4, 1e-4)  # the failing path too: worst elements and their coordinates
-    compare_output(0, x, x.clone(), 1e-4, 1e-4)
-    compare_output(0, memory.host_copy([x])[0], y, 1e-4, 1e-4)  # a host-parked slice, the pinned allocator
-    observe.fingerprints([x, x.to(torch.int32)])
-    probe = runtime_checks.FixedValueProbe(1e-4, 1e-4)
-    probe.add([x])
-    reference_spreads([x])
-    _constant_values([x])
-    runtime_checks.largest_magnitude(x)
-    shift_distribution([x.clone(), x.to(torch.float16)], seed=0)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    del x, y
+    held: dict[str, Any] = {}
+
+    def tensors() -> None:
+        held["x"] = torch.randn(4096, device=device)
+        held["y"] = held["x"] + 1e-3
+
+    def compares() -> None:
+        x, y = held["x"], held["y"]
+        compare_output(0, x, y, 1e-4, 1e-4)  # the failing path too: worst elements and their coordinates
+        compare_output(0, x, x.clone(), 1e-4, 1e-4)
+
+    def host_compare() -> None:  # a host-parked slice, the pinned allocator
+        compare_output(0, memory.host_copy([held["x"]])[0], held["y"], 1e-4, 1e-4)
+
+    def fingerprints() -> None:
+        observe.fingerprints([held["x"], held["x"].to(torch.int32)])
+
+    def probes() -> None:
+        x = held["x"]
+        probe = runtime_checks.FixedValueProbe(1e-4, 1e-4)
+        probe.add([x])
+        reference_spreads([x])
+        _constant_values([x])
+        runtime_checks.largest_magnitude(x)
+
+    def shifted() -> None:
+        shift_distribution([held["x"].clone(), held["x"].to(torch.float16)], seed=0)
+
+    def free() -> None:
+        held.clear()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            torch.cuda.empty_cache()
+
+    return [tensors, compares, host_compare, fingerprints, probes, shifted, free]
 
 
 def create_context(job: EvalJob, device: Any) -> None:
