@@ -47,9 +47,14 @@ EXAMPLES = REPO / "examples"
 KEY_ENV = "CF_SCRIPTED_KEY"
 # spare_fork: a spare forked from the zygote (engine/evaluation/zygote.py), fork to warm-up; spare_python_start an
 # exec'd one's, exec to warm-up: one of the two is set.
-WARM = ("spare_python_start", "spare_fork", "spare_import", "spare_counting", "spare_context",
-        "spare_check_kernels", "spare_warm_checks", "spare_cupti", "spare_cupti_prepare",
-        "spare_cupti_enable", "spare_cupti_disable", "spare_handoff", "app")
+# Each warm-up step's column: its phase key in eval.json and its header.
+WARM_COLUMNS = (("spare_python_start", "spare: python start"), ("spare_fork", "fork (zygote)"),
+                ("spare_import", "import"), ("spare_counting", "counting (torch._dynamo)"),
+                ("spare_context", "context (no hold)"), ("spare_check_kernels", "check kernels"),
+                ("spare_warm_checks", "warm checks"), ("spare_cupti", "CUPTI"),
+                ("spare_cupti_prepare", "CUPTI prepare"), ("spare_cupti_enable", "enable"),
+                ("spare_cupti_disable", "disable"), ("spare_handoff", "hand-off"), ("app", "app"))
+WARM = tuple(key for key, _ in WARM_COLUMNS)
 
 
 def _coder(source: str) -> Reply:
@@ -192,9 +197,8 @@ def main() -> int:
         asked = args.spares if args.spares is not None else load_config(None, use_user_config=False).get("eval", "spares")
         kept = EvalOptions(device=args.device, spares=asked).spare_depth  # one at most on the CPU device
         print(f"\nscripted session, {where}, replies at once, {kept} spare(s) kept (seconds):")
-        print("| round | outcome | spare_wait | spare: python start | fork (zygote) | import | counting (torch._dynamo) | "
-              "lock wait | context | check kernels | warm checks | CUPTI | CUPTI prepare | enable | disable | hand-off "
-              "| app | evaluate | profile | profile's spare wait |")
+        print("| round | outcome | spare_wait | " + " | ".join(label for _, label in WARM_COLUMNS)
+              + " | evaluate | profile | profile's spare wait |")
         print("|" + " --- |" * (len(WARM) + 6))
         for r in res["session"]:
             print(f"| {r['round']} | {r['outcome']} | {f(r['spare_wait_s'])} | " + " | ".join(
