@@ -133,6 +133,9 @@ def row_of(path: Path, result: Any, wall_s: float) -> dict[str, Any]:
         "reserved_gib": round(reserved / GIB, 3) if reserved else None,
         "reserved_ok": None if not reserved or peak is None else reserved >= peak,
         "process_peak_gib": round(m.process_peak_bytes / GIB, 3) if m and m.process_peak_bytes else None,
+        # parked outputs' compared slices: read from their device heads, copied over from the host
+        "compared_on_device_gib": round(m.compared_on_device_bytes / GIB, 3) if m and m.compared_on_device_bytes else 0.0,
+        "compared_from_host_gib": round(m.compared_from_host_bytes / GIB, 3) if m and m.compared_from_host_bytes else 0.0,
         "ratio": m.ratio if m else None, "bound_ok": bound_ok,
         "footprint_gib": round(m.footprint_bytes / GIB, 3) if m and m.footprint_bytes is not None else None,
         "load_s": round(sum(phases.get(k, 0.0) for k in ("start", "load_task", "build", "init")), 3),
@@ -179,7 +182,7 @@ def failed_row(path: Path, message: str, wall_s: float) -> dict[str, Any]:
     return {"problem": name_of(path), "level": path.parent.name, "outcome": "task_error", "correct": False,
             "expected": False, "does_not_fit": False, "reference_peak_gib": None, "eval_peak_gib": None,
             "estimate_gib": None, "estimate_ok": None, "reserved_gib": None, "reserved_ok": None,
-            "process_peak_gib": None,
+            "process_peak_gib": None, "compared_on_device_gib": 0.0, "compared_from_host_gib": 0.0,
             "ratio": None, "bound_ok": None, "footprint_gib": None, "load_s": 0.0, "gpu_wait_s": 0.0,
             "correctness_s": 0.0, "timing_s": 0.0, "gpu_s": 0.0, "exclusive_s": 0.0, "shared_s": 0.0,
             "wall_s": round(wall_s, 3), "message": message[:300], "traceback": "", "phases": {}, "phase_peak_gib": {}}
@@ -229,6 +232,8 @@ def summarize(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     return {"levels": levels, "problems": len(rows), "wall_s": round(wall_s, 1), "phase_totals": phase_totals,
             "handed_ahead": sum(1 for r in rows if r.get("handed_ahead")),
             "memory_wait_s": round(sum((r.get("phases") or {}).get("memory_wait", 0.0) for r in rows), 1),
+            "compared_on_device_gib": round(sum(r.get("compared_on_device_gib") or 0.0 for r in rows), 1),
+            "compared_from_host_gib": round(sum(r.get("compared_from_host_gib") or 0.0 for r in rows), 1),
             "evaluations_per_minute": round(len(rows) / wall_s * 60, 2) if wall_s > 0 else None}
 
 
@@ -247,6 +252,9 @@ def format_summary(summary: dict[str, Any]) -> str:
     if summary.get("memory_wait_s") or summary.get("handed_ahead"):
         lines.append(f"waiting for memory: {summary.get('memory_wait_s', 0.0):.1f} s summed; "
                      f"{summary.get('handed_ahead', 0)} problems went ahead of a larger one that did not fit then")
+    if summary.get("compared_on_device_gib") or summary.get("compared_from_host_gib"):
+        lines.append(f"parked outputs' compares: {summary.get('compared_on_device_gib', 0.0):.1f} GiB read from their "
+                     f"device heads, {summary.get('compared_from_host_gib', 0.0):.1f} GiB copied over from the host")
     totals = sorted((summary.get("phase_totals") or {}).items(), key=lambda kv: -kv[1])
     if totals:  # where the workers' seconds went, summed over all problems (under the GPU lock or not)
         lines.append("phase seconds, all problems: " + ", ".join(f"{k} {v:.1f}" for k, v in totals[:12]))

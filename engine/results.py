@@ -196,6 +196,10 @@ class Memory:
     host_peak_bytes: int | None = None  # CPU device with accounting: the bytes the host copies held at most
     forward_peak_bytes: int | None = None  # the reference forward's own tensors at most, counted on the meta device
     phase_peak_bytes: dict[str, int] = field(default_factory=dict)  # each worker phase's own peak: which step set it
+    # CUDA: bytes of parked outputs' compared slices read from their device heads, and copied over from the
+    # host (worker/device_heads.py)
+    compared_on_device_bytes: int | None = None
+    compared_from_host_bytes: int | None = None
 
 
 @dataclass(frozen=True)

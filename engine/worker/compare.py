@@ -9,6 +9,7 @@ import torch
 from cudaforge.engine import check_kernels
 from cudaforge.engine.observe import checkpoint, common_order, coordinates, paired_pieces, slice_elements
 from cudaforge.engine.results import OutputCheck, WorstElement
+from cudaforge.engine.worker import device_heads
 
 _CHUNK: int | None = None  # elements per compared slice where set (tests); else observe.slice_elements
 
@@ -101,14 +102,14 @@ def _compare_in_slices(pieces: Iterable[tuple[int, Any, Any]], where: Any, work:
     for start, e_part, g_part in pieces:
         fused = None
         if fusable and e_part.dtype == g_part.dtype:
-            e = e_part.to(device=where, non_blocking=True)
-            g = g_part.to(device=where, non_blocking=True)
+            e = _over(e_part, where)
+            g = _over(g_part, where)
             fused = check_kernels.compare_stats(e, g, atol, rtol)
         if fused is not None:
             part, values, idx = fused
         else:
-            e = e_part.to(device=where, dtype=work, non_blocking=True)
-            g = g_part.to(device=where, dtype=work, non_blocking=True)
+            e = _over(e_part, where, work)
+            g = _over(g_part, where, work)
             part, diff = _compare_slice(e, g, exact, atol, rtol)
             values, idx = diff.topk(min(worst_k, diff.numel()))
             del diff
@@ -119,6 +120,18 @@ def _compare_in_slices(pieces: Iterable[tuple[int, Any, Any]], where: Any, work:
         del e, g, e_part, g_part
         checkpoint()  # a step boundary: a timed window waiting elsewhere goes first (no-op inside a window)
     return stats, torch.cat(top_vals), torch.cat(top_idx)
+
+
+def _over(part: Any, where: Any, dtype: Any = None) -> Any:
+    """A compared slice on the compare's device: where it is a slice of a parked host copy within that copy's
+    device head (worker/device_heads.py), read there; else copied over (from the host: counted)."""
+    if part.device.type == "cpu":
+        head = device_heads.on_device(part)
+        if head is not None and head.device == where:
+            return head if dtype is None else head.to(dtype)
+        if part.device != where:
+            device_heads.copied_over(part)
+    return part.to(device=where, dtype=dtype, non_blocking=True)
 
 
 def _compare_slice(e: Any, g: Any, exact: bool, atol: float, rtol: float) -> tuple[Any, Any]:

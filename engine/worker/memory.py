@@ -804,24 +804,33 @@ class ExpectedPlace:
         if on_gpu and self.kept + nbytes <= self.limit and expected_fits(nbytes):
             self.kept += nbytes
             return list(values)
-        return host_copy(values)
+        # On the host, with as many of their first elements as the rule has room for kept on the device too:
+        # the window's sampled compares read those there (device_heads.py).
+        return _with_heads(values, host_copy(values), head_room(nbytes)) if on_gpu else host_copy(values)
 
 
 def expected_fits(nbytes: int) -> bool:
     """Whether `nbytes` more may stay on the device through the timed calls within the memory rule (and the
-    cap): what is allocated now (both draws, the models, the L2 flush buffer, expected outputs kept so far)
-    plus what one call adds beyond its inputs (the reference's own peak less its inputs, its parameters
-    counted again: an overestimate) plus these bytes, under FACTOR x the reference's peak + SLACK_BYTES less
-    a quarter of the slack (library workspaces, compare slices)."""
+    cap): expected_room."""
+    return REFERENCE_IO.get("peak_bytes", 0) > 0 and nbytes <= expected_room()
+
+
+def expected_room() -> int:
+    """The bytes that may stay on the device through the timed calls within the memory rule (and the cap):
+    what is allocated now (both draws, the models, the L2 flush buffer, expected outputs and device heads
+    kept so far) plus what one call adds beyond its inputs (the reference's own peak less its inputs, its
+    parameters counted again: an overestimate) plus these bytes, under FACTOR x the reference's peak +
+    SLACK_BYTES less a quarter of the slack (library workspaces, compare slices)."""
     ref_peak = int(REFERENCE_IO.get("peak_bytes", 0))
     if ref_peak <= 0:
-        return False
+        return 0
     transient = max(0, ref_peak - int(REFERENCE_IO.get("input_bytes", 0)))
-    need = held_allocated() + transient + nbytes
-    if need > FACTOR * ref_peak + SLACK_BYTES - SLACK_BYTES // 4:
-        return False
+    held = held_allocated() + transient
+    room = int(FACTOR * ref_peak + SLACK_BYTES - SLACK_BYTES // 4) - held
     cap = CAP.get("bytes")
-    return cap is None or need + SLACK_BYTES // 4 <= int(cap)
+    if cap is not None:
+        room = min(room, int(cap) - SLACK_BYTES // 4 - held)
+    return max(0, room)
 
 
 COPY_PIECE_BYTES = 256 << 20  # a large host copy goes in pieces of this size, a step boundary between them
@@ -918,6 +927,7 @@ def check_task(job: EvalJob, task: Any, init: list[Any], device: Any, float_dtyp
         free += cudaforge_gpu_bytes(job.gpu)
     mem.update(free_bytes=free, total_bytes=total, cap_bytes=cap, fits=fits(fp["footprint_bytes"], free, cap),
                needed_bytes=estimate_bytes(fp["footprint_bytes"], cap))
+    ESTIMATE["bytes"] = int(mem["needed_bytes"])  # device heads stay under it (head_room)
     if not mem["fits"]:
         mem["message"] = fit_message(task_name(job.task_path), fp["footprint_bytes"], free, cap)
         raise CandidateFailure("oom", mem["message"])
@@ -990,7 +1000,8 @@ def park(values: list[Any], beside: list[Any] = ()) -> tuple[list[Any], bool]:
     """Where the output of the side that ran first waits while the other side runs, and whether it was
     copied: kept where it is where one more set of its size fits the memory rule beside the reference's
     own peak (second_draw_fits) and it shares no memory with `beside` (the inputs, which may be drawn
-    again), else a host copy (host_copy). A tensor kept alive is memory no later allocation gets, so a
+    again), else a host copy (host_copy) with as many of its first elements as head_room allows kept on the
+    device too, for its compare (device_heads.py). A tensor kept alive is memory no later allocation gets, so a
     candidate handing back unwritten memory cannot find it there; where it was copied, the callers poison
     the original for the same reason."""
     import torch
@@ -1000,24 +1011,71 @@ def park(values: list[Any], beside: list[Any] = ()) -> tuple[list[Any], bool]:
     theirs = {t.untyped_storage().data_ptr() for t in beside if isinstance(t, torch.Tensor) and t.numel() > 0}
     if tensors and not (mine & theirs) and second_draw_fits(tensor_bytes(tensors)):
         return list(values), False
-    return host_copy(values), True
+    return _with_heads(values, host_copy(values), head_room(tensor_bytes(tensors))), True
+
+
+def _with_heads(values: list[Any], copies: list[Any], room: int) -> list[Any]:
+    """`copies` (host_copy's of `values`), the first elements of each device tensor among `values` kept on the
+    device as well within `room` bytes (device_heads.py: their compares read them there, not over the bus)."""
+    import torch
+    from cudaforge.engine.worker import device_heads
+
+    if not _cuda():
+        return copies
+    for v, h in zip(values, copies, strict=True):
+        if room <= 0:
+            break
+        if isinstance(v, torch.Tensor) and v.device.type == "cuda" and isinstance(h, torch.Tensor):
+            room -= device_heads.keep(v, h, room)
+    return copies
+
+
+# The evaluation's fit estimate (check_task's needed_bytes, what the app was told it needs): device heads
+# never take the peak over it, so they add no "estimate below the peak" of their own.
+ESTIMATE: dict[str, int] = {}
+
+
+def head_room(parked_bytes: int) -> int:
+    """The device bytes the heads of an output parked on the host may take (device_heads.py): the memory
+    rule's bound (FACTOR x the reference's peak + half of SLACK_BYTES) less what stays allocated once the
+    parked output is freed (inputs, a second input set beside them, models, heads kept so far) and less
+    what the next call adds beyond its inputs (the reference's peak less its inputs: an overestimate);
+    under the cap and the fit estimate as well, less a quarter of the slack."""
+    ref_peak = int(REFERENCE_IO.get("peak_bytes", 0))
+    if ref_peak <= 0 or "bytes" not in ESTIMATE:
+        return 0
+    transient = max(0, ref_peak - int(REFERENCE_IO.get("input_bytes", 0)))
+    held = held_allocated() - parked_bytes + transient
+    room = min(int(FACTOR * ref_peak + SLACK_BYTES // 2), ESTIMATE["bytes"] - SLACK_BYTES // 4) - held
+    cap = CAP.get("bytes")
+    if cap is not None:
+        room = min(room, int(cap) - SLACK_BYTES // 4 - held)
+    return max(0, room)
 
 
 def second_draw_fits(draw_bytes: int) -> bool:
-    """Whether timing may keep a second input draw on the device within the memory rule: the timed calls
-    hold about the reference's own peak plus that draw, which must stay under FACTOR x that peak +
-    SLACK_BYTES (half the slack is left to the L2 flush buffer and the timed-output check), and under the
-    cap when one is set. Where it does not fit, timing alternates one draw in place (integrity.runtime.
-    FlippingDraw)."""
+    """Whether timing may keep a second input draw on the device within the memory rule (second_draw_room).
+    Where it does not fit, timing alternates one draw in place (integrity.runtime.FlippingDraw)."""
+    return draw_bytes <= second_draw_room()
+
+
+def second_draw_room() -> int:
+    """The bytes of a second set (an input draw, an output that waits) that may stay on the device within the
+    memory rule: the timed calls hold about the reference's own peak plus that set, which must stay under
+    FACTOR x that peak + SLACK_BYTES (half the slack is left to the L2 flush buffer and the timed-output
+    check), less the device heads of parked outputs already kept, and under the cap when one is set."""
+    from cudaforge.engine.worker import device_heads
+
     ref_peak = int(REFERENCE_IO.get("peak_bytes", 0)) or int(REFERENCE_IO.get("input_bytes", 0)) + \
         int(REFERENCE_IO.get("output_bytes", 0))
     # On a GPU half the slack may go to the draw; the CPU device has no flush buffer or library workspaces,
     # so there the slice temporaries are all the slack (the bound its accounting is held to).
     slack = SLACK_BYTES // 2 if _cuda() else SLICE_TEMP_BYTES
-    if draw_bytes > (FACTOR - 1) * ref_peak + slack:
-        return False
+    room = int((FACTOR - 1) * ref_peak + slack) - device_heads.live_bytes()
     cap = CAP.get("bytes")
-    return cap is None or held_allocated() + draw_bytes + ref_peak + slack <= int(cap)
+    if cap is not None:
+        room = min(room, int(cap) - held_allocated() - ref_peak - slack)
+    return max(0, room)
 
 
 def held_allocated() -> int:
@@ -1036,6 +1094,11 @@ def finish(mem: dict[str, Any]) -> Memory:
     cannot be read leaves the notes made so far; a note Memory has no field for is dropped."""
     with contextlib.suppress(Exception):
         _note_peaks(mem)
+    if _cuda():
+        from cudaforge.engine.worker.device_heads import STATS
+
+        mem["compared_on_device_bytes"] = STATS["head_bytes"]
+        mem["compared_from_host_bytes"] = STATS["host_bytes"]
     return from_dict(Memory, mem)
 
 

@@ -30,6 +30,7 @@ from cudaforge.engine.results import (
     TrialCheck,
 )
 from cudaforge.engine.worker import (
+    device_heads,
     gpu_share,
     init_replay,
     memory,
@@ -1043,7 +1044,8 @@ def evaluate(job: EvalJob, report: ReportDraft) -> None:
     report.numerics = {"reference": {"matmul_allow_tf32": False, "cudnn_allow_tf32": False,
                                      "float32_matmul_precision": "highest"},
                        "eager_baseline": default_numerics}
-    device = _device(job)  # its CUDA context made as a reader of the GPU lock
+    device = _device(job)  # its CUDA context made (no hold: engine/gpu/context.py)
+    device_heads.reset_counts()  # the spare's warm-up compared a slice too
     memory.start_accounting(device)  # the CPU device's tensor bytes, when asked for (memory.ACCOUNTING_ENV)
     if device.type == "cuda":
         report.gpu_name = torch.cuda.get_device_name(device)
@@ -1153,7 +1155,7 @@ def profile_run(job: EvalJob, report: ReportDraft) -> None:
     """Profile mode: run only the candidate's forward inside an NVTX range that ncu filters on."""
     import torch
 
-    device = _device(job)  # its CUDA context made as a reader of the GPU lock
+    device = _device(job)  # its CUDA context made (no hold: engine/gpu/context.py)
     recorder = BuildRecorder(Path(job.cache_dir) / "extensions" if job.cache_dir else None,
                              Path(job.build_log_path))
     recorder.install()
