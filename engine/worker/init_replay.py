@@ -127,6 +127,28 @@ def _key(func: Any, kind: str, args: Any, kwargs: dict[str, Any]) -> tuple[Any, 
     return (str(func), size, kwargs.get("dtype"), (), ())
 
 
+def _fill_key(ops: dict[Any, str], func: Any, args: Any, kwargs: dict[str, Any]) -> tuple[str, tuple[Any, ...]] | None:
+    """(kind, key) of a fill we record or replay, else None; anything unexpected in an op's arguments makes
+    it one we leave alone (the bookkeeping never fails a construction)."""
+    kind = ops.get(func)
+    if kind is None:
+        return None
+    try:
+        key = _key(func, kind, args, kwargs)
+        hash(key)
+    except Exception:
+        return None
+    return None if key is None else (kind, key)
+
+
+def _writes(func: Any, args: Any, kwargs: dict[str, Any]) -> set[int] | None:
+    """_written, or None where the op's schema cannot say (then every record is dropped: nothing is trusted)."""
+    try:
+        return _written(func, args, kwargs)
+    except Exception:
+        return None
+
+
 def _state_key(state: Any) -> tuple[int, ...]:
     """The host generator's state (get_rng_state's 5,056 bytes) as a hashable key, without numpy."""
     import torch
@@ -158,18 +180,19 @@ def recording(record: ConstructionRecord) -> Iterator[ConstructionRecord]:
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             settle()
             kwargs = kwargs or {}
-            kind = ops.get(func)
-            key = _key(func, kind, args, kwargs) if kind else None
+            fill = _fill_key(ops, func, args, kwargs)
             # Whatever this op writes no longer holds an earlier fill's draws (a fill over a fill included).
-            written = _written(func, args, kwargs)
-            if written:
+            written = _writes(func, args, kwargs)
+            if written is None:
+                record.clear()
+            elif written:
                 record.forget_written(written)
-            if key is None:
+            if fill is None:
                 return func(*args, **kwargs)
             before = torch.get_rng_state()
             out = func(*args, **kwargs)
             if isinstance(out, torch.Tensor) and out.device.type == "cpu" and out.is_contiguous():
-                pending.append(((*key, _state_key(before)), out, torch.get_rng_state()))
+                pending.append(((*fill[1], _state_key(before)), out, torch.get_rng_state()))
             return out
 
     try:
@@ -196,10 +219,10 @@ def replaying(record: ConstructionRecord, stats: ReplayStats | None = None) -> I
 
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             kwargs = kwargs or {}
-            kind = ops.get(func)
-            key = _key(func, kind, args, kwargs) if kind else None
-            if key is None:
+            fill = _fill_key(ops, func, args, kwargs)
+            if fill is None:
                 return func(*args, **kwargs)
+            kind, key = fill
             stats.fills += 1
             hit = record.fills.get((*key, _state_key(torch.get_rng_state())))
             if hit is None:
