@@ -27,6 +27,7 @@
 #   STEP_LIMIT       seconds a step may run (500; the call also installs the package first)
 #   STEP_LIMITS      per-step limits that override it, e.g. "tests=230 sol=300"
 #   SWEEP_ARGS       more arguments for the sweep steps' kernelbench_sweep.py, e.g. "--no-look-further"
+#   DISTURBANCE_ARGS more arguments for bench/window_disturbance.py, e.g. "--measure memory --only spare-context,context"
 #   TESTS_K          a pytest -k expression for the tests steps: only the GPU tests it names (e.g. a new one)
 #   TEST_WORKERS     pytest-xdist processes for the test steps where xdist is installed (4; 0: one process).
 #                    The evaluations of parallel tests share the GPU through the same lock as any of ours.
@@ -278,7 +279,9 @@ step() {
             run ncu_spares.log "$STEP_LIMIT" "$PY" bench/ncu_spares.py --json "$OUT/ncu_spares.json"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/ncu_spares.log")" ;;
         disturbance)
-            run disturbance.log "$STEP_LIMIT" "$PY" bench/window_disturbance.py --json "$OUT/window_disturbance.json"; rc=$?
+            # shellcheck disable=SC2086
+            run disturbance.log "$STEP_LIMIT" "$PY" bench/window_disturbance.py ${DISTURBANCE_ARGS:-} \
+                --json "$OUT/window_disturbance.json"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(grep -E '^\| (spare-)?context' "$OUT/disturbance.log" | cut -c1-90 | tr '\n' ' ')" ;;
         host-copy)
             run host_copy.log "$STEP_LIMIT" "$PY" bench/host_copy_bench.py --gib 2 --json "$OUT/host_copy.json"; rc=$?

@@ -28,7 +28,14 @@ Per condition: each side's median and p90 event time, their ratios to idle's, th
 idle's median, the share launched late (Timer.late_launches), the timing thread's time on a CPU and its
 preemptions in the window (Timer.host_load), and how many times the disturber did its thing meanwhile.
 
+With `--measure memory` the window is not timed kernels but this process's own device-memory work, what a
+reader's steps do under their holds (a finished evaluation's release, a reference's first allocations):
+each "call" allocates `--alloc-mib` of device memory and gives it back to the driver (cudaMalloc/cudaFree
+through PyTorch's allocator, synchronized), timed on the host clock. Does another process's context
+creation, which holds no lock, slow those (driver work, not kernels)?
+
     python bench/window_disturbance.py [--calls 2000] [--only context,alloc] [--json OUT]
+    python bench/window_disturbance.py --measure memory --only spare-context,context [--calls 200]
     python bench/window_disturbance.py --disturb ACTION --stop FILE --count FILE   # one disturber (internal)
 """
 
@@ -207,6 +214,24 @@ def window(timer: Any, sides: dict[str, Callable[[], Any]], calls: int) -> dict[
     return timer.event_times(sides, warmup=20, trials=calls)
 
 
+def memory_window(dev: Any, calls: int, alloc_bytes: int) -> dict[str, list[float]]:
+    """`calls` device allocations of `alloc_bytes` each given back to the driver at once, each timed (ms) on
+    the host clock from the allocation to the end of the free, the device synchronized on both sides."""
+    import torch
+
+    samples: list[float] = []
+    for _ in range(calls):
+        torch.cuda.synchronize(dev)
+        start = time.perf_counter()
+        block = torch.empty(alloc_bytes, dtype=torch.uint8, device=dev)
+        torch.cuda.synchronize(dev)
+        del block
+        torch.cuda.empty_cache()
+        torch.cuda.synchronize(dev)
+        samples.append((time.perf_counter() - start) * 1e3)
+    return {"alloc_free": samples}
+
+
 def summarize(name: str, samples: dict[str, list[float]], idle: dict[str, float] | None,
               count: int | None, timer: Any = None) -> dict[str, Any]:
     """One condition's row: per side median/p90 (µs), ratios to idle's medians, the share of slow calls; with
@@ -255,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=",".join(ACTIONS), help="the conditions besides idle (comma-separated)")
     ap.add_argument("--example", default="gelu")
     ap.add_argument("--json", default="")
+    ap.add_argument("--measure", choices=("kernels", "memory"), default="kernels",
+                    help="what the window times: the example's kernels, or this process's device allocations and frees")
+    ap.add_argument("--alloc-mib", type=int, default=2048, help="--measure memory: each allocation's size")
     ap.add_argument("--disturb", choices=ACTIONS, help=argparse.SUPPRESS)
     ap.add_argument("--stop", help=argparse.SUPPRESS)
     ap.add_argument("--count", help=argparse.SUPPRESS)
@@ -280,23 +308,30 @@ def main(argv: list[str] | None = None) -> int:
     timing.capture_clocks()
     # The worker's own timer, its flush sized as the worker sizes it (at least do_bench's 256e6 bytes).
     timer = timing.Timer(dev, True, int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 50 << 20)))
+    memory = args.measure == "memory"
     with torch.no_grad():
-        sides = example_sides(args.example)
-        idle_samples = window(timer, sides, args.calls)
+        sides = {"alloc_free": lambda: None} if memory else example_sides(args.example)
+
+        def timed(calls: int) -> dict[str, list[float]]:
+            return memory_window(dev, calls, args.alloc_mib << 20) if memory else window(timer, sides, calls)
+
+        window_timer = None if memory else timer
+        idle_samples = timed(args.calls)
         idle = {s: statistics.median(v) for s, v in idle_samples.items()}
-        rows = [summarize("idle", idle_samples, None, None, timer)]
+        rows = [summarize("idle", idle_samples, None, None, window_timer)]
         for action in actions:
             try:
                 processes = {"cpu": os.cpu_count() or 1, "spare-context": SPARE_CONTEXT_PROCESSES}.get(action, 1)
                 calls = args.calls * (SPARE_CONTEXT_CALLS if action == "spare-context" else 1)
                 with Disturbers(action, processes) as d:
-                    samples = window(timer, sides, calls)
+                    samples = timed(calls)
             except RuntimeError as exc:  # a disturber that cannot run here: the other conditions still count
                 rows.append({"condition": action, "error": str(exc)})
                 continue
-            rows.append(summarize(action, samples, idle, d.counts, timer))
-        rows.append(summarize("idle again", window(timer, sides, args.calls), idle, None, timer))
-    print(f"{torch.cuda.get_device_name(dev)}, torch {torch.__version__}, the {args.example} example, "
+            rows.append(summarize(action, samples, idle, d.counts, window_timer))
+        rows.append(summarize("idle again", timed(args.calls), idle, None, window_timer))
+    what = f"{args.alloc_mib} MiB device allocations given back at once" if memory else f"the {args.example} example"
+    print(f"{torch.cuda.get_device_name(dev)}, torch {torch.__version__}, {what}, "
           f"{args.calls} timed calls per side per condition", flush=True)
     print(format_table(rows, list(sides)), flush=True)
     if args.json:

@@ -73,6 +73,7 @@ def test_an_unknown_condition_is_refused_with_the_known_ones() -> None:
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the GPU machine runs the real bench")
-def test_without_a_gpu_it_says_so_and_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
-    assert wd.main(["--only", "cpu", "--calls", "10"]) == 3
+@pytest.mark.parametrize("measure", ["kernels", "memory"])
+def test_without_a_gpu_it_says_so_and_exits_3(capsys: pytest.CaptureFixture[str], measure: str) -> None:
+    assert wd.main(["--only", "cpu", "--calls", "10", "--measure", measure]) == 3
     assert "no CUDA device" in capsys.readouterr().err
