@@ -96,3 +96,29 @@ def test_a_parked_output_is_compared_from_its_head_on_the_gpu(gpu_options) -> No
           f"{m.compared_from_host_bytes / 2**30:.1f} GiB from the host ({on_device:.0%} on the device); "
           f"peak ratio {m.ratio}")
     assert on_device > 0.3
+
+
+def test_head_room_is_the_rules_bound_less_what_stays_and_what_the_next_call_adds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """memory.head_room for a 6 GiB elementwise output of a 12 GiB reference (inputs 6 GiB): 1.25 x 12 GiB
+    + 0.5 GiB, less the 6 GiB of inputs that stay and the 6 GiB the next call adds, is 3.5 GiB; a second
+    input set beside them, a tighter cap or a smaller fit estimate leaves less; no estimate, none."""
+    from cudaforge.engine.worker import memory
+
+    gib = memory.GIB
+    held = {"bytes": 12 * gib}  # the inputs and the output being parked
+    monkeypatch.setattr(memory, "held_allocated", lambda: held["bytes"])
+    monkeypatch.setattr(memory, "REFERENCE_IO", {"peak_bytes": 12 * gib, "input_bytes": 6 * gib})
+    monkeypatch.setattr(memory, "ESTIMATE", {"bytes": 16 * gib})
+    monkeypatch.setattr(memory, "CAP", {"bytes": 24 * gib})
+    assert memory.head_room(6 * gib) == int(3.5 * gib)
+    held["bytes"] = 13 * gib  # a 1 GiB second input set beside the first (the cache probes' fresh draw)
+    assert memory.head_room(6 * gib) == int(2.5 * gib)
+    held["bytes"] = 12 * gib
+    monkeypatch.setattr(memory, "CAP", {"bytes": 14 * gib})
+    assert memory.head_room(6 * gib) == int(1.75 * gib)  # 14 - 0.25 - 12
+    monkeypatch.setattr(memory, "CAP", {})
+    monkeypatch.setattr(memory, "ESTIMATE", {"bytes": 13 * gib})
+    assert memory.head_room(6 * gib) == int(0.75 * gib)  # 13 - 0.25 - 12
+    monkeypatch.setattr(memory, "ESTIMATE", {})
+    assert memory.head_room(6 * gib) == 0
