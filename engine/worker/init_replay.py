@@ -7,12 +7,14 @@ large model's construction: the host's generator is serial (level3/2_ShallowWide
 about 15-20 s a model on the H200 machine's host under a sweep's load, twice per evaluation and twice
 again in the shape check).
 
-So the reference's construction is *recorded*: every large random fill on the host (RANDOM_OPS, at least
-MIN_NUMEL elements, the default generator) keeps its result tensor, the tensor's version counter and the
-generator's state before and after it. The candidate's construction is *replayed*: a fill whose op,
-arguments, size, dtype and generator state before it equal a recorded one's, and whose recorded tensor is
-unchanged since (its version), gets a copy of those values and the generator moves on to the recorded
-state after it. That is exactly what drawing would have produced, bit for bit, and the generator ends
+So the reference's construction is *recorded*: every large random fill on the host (_random_ops: uniform_,
+normal_, rand, randn; at least MIN_NUMEL elements, the default generator) keeps its result tensor, the
+tensor's version counter and the generator's state before and after it; a fill whose memory any later op of
+the construction writes (its schema's write annotations: in place, `out=`, through views and `.data`) is
+dropped, and so is one the finished model does not keep. The candidate's construction is *replayed*: a fill
+whose op, arguments, size, dtype and generator state before it equal a recorded one's, and whose recorded
+tensor is unchanged since (its version counter), gets a copy of those values and the generator moves on to
+the recorded state after it. That is exactly what drawing would have produced, bit for bit, and the generator ends
 where it would have; any other fill (another order, another size, a changed tensor, another generator)
 is drawn as before. Nothing is shared: the candidate's tensors are its own copies.
 """
