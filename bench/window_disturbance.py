@@ -305,20 +305,21 @@ def main(argv: list[str] | None = None) -> int:
     from cudaforge.engine.worker import timing
 
     dev = torch.device("cuda")
-    timing.capture_clocks()
-    # The worker's own timer, its flush sized as the worker sizes it (at least do_bench's 256e6 bytes).
-    timer = timing.Timer(dev, True, int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 50 << 20)))
     memory = args.measure == "memory"
+    timer = None
+    if not memory:  # the worker's own timer, its flush sized as the worker sizes it (at least do_bench's 256e6 bytes)
+        timing.capture_clocks()
+        timer = timing.Timer(dev, True, int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 50 << 20)))
     with torch.no_grad():
-        sides = {"alloc_free": lambda: None} if memory else example_sides(args.example)
+        sides = None if memory else example_sides(args.example)
+        names = ["alloc_free"] if sides is None else list(sides)
 
         def timed(calls: int) -> dict[str, list[float]]:
-            return memory_window(dev, calls, args.alloc_mib << 20) if memory else window(timer, sides, calls)
+            return memory_window(dev, calls, args.alloc_mib << 20) if sides is None else window(timer, sides, calls)
 
-        window_timer = None if memory else timer
         idle_samples = timed(args.calls)
         idle = {s: statistics.median(v) for s, v in idle_samples.items()}
-        rows = [summarize("idle", idle_samples, None, None, window_timer)]
+        rows = [summarize("idle", idle_samples, None, None, timer)]
         for action in actions:
             try:
                 processes = {"cpu": os.cpu_count() or 1, "spare-context": SPARE_CONTEXT_PROCESSES}.get(action, 1)
@@ -328,12 +329,12 @@ def main(argv: list[str] | None = None) -> int:
             except RuntimeError as exc:  # a disturber that cannot run here: the other conditions still count
                 rows.append({"condition": action, "error": str(exc)})
                 continue
-            rows.append(summarize(action, samples, idle, d.counts, window_timer))
-        rows.append(summarize("idle again", timed(args.calls), idle, None, window_timer))
+            rows.append(summarize(action, samples, idle, d.counts, timer))
+        rows.append(summarize("idle again", timed(args.calls), idle, None, timer))
     what = f"{args.alloc_mib} MiB device allocations given back at once" if memory else f"the {args.example} example"
     print(f"{torch.cuda.get_device_name(dev)}, torch {torch.__version__}, {what}, "
           f"{args.calls} timed calls per side per condition", flush=True)
-    print(format_table(rows, list(sides)), flush=True)
+    print(format_table(rows, names), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows, "calls": args.calls, "example": args.example}, indent=1))
     return 0
