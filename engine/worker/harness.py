@@ -86,8 +86,7 @@ def sub_phase(name: str) -> Any:
         yield
     finally:
         _SUB_PHASES.pop()
-        key = f"{_PHASE_START[0]}.{name}"
-        _PHASES[key] = round(_PHASES.get(key, 0.0) + time.perf_counter() - start, 4)
+        add_part(name, time.perf_counter() - start)
 
 
 def add_part(name: str, seconds: float) -> None:
