@@ -35,6 +35,11 @@ def tensor_bytes(values: Any) -> int:
     return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
 
 
+def storage_address(t: Any) -> int:
+    """The address of the memory `t` lives in (its untyped storage's): views of one tensor share it."""
+    return int(t.untyped_storage().data_ptr())
+
+
 def slice_elements(device: Any) -> int:
     """Elements per slice of a whole-tensor pass over a tensor on `device` (a torch.device or its type)."""
     kind = getattr(device, "type", device)

@@ -22,6 +22,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+from cudaforge.engine.observe import storage_address
+
 
 @dataclass(eq=False)  # entries are told apart by identity (their tensors have no truth value)
 class _Head:
@@ -33,10 +35,6 @@ class _Head:
 
 _HEADS: dict[int, list[_Head]] = {}  # host storage address -> the heads of host copies in that memory
 STATS = {"head_bytes": 0, "host_bytes": 0}  # bytes of parked slices compared from heads, and copied over
-
-
-def _storage(t: Any) -> int:
-    return int(t.untyped_storage().data_ptr())
 
 
 def keep(original: Any, host: Any, room_bytes: int) -> int:
@@ -53,7 +51,7 @@ def keep(original: Any, host: Any, room_bytes: int) -> int:
     # there are the host copy's first `count` from its own offset (same strides).
     head = original.as_strided((count,), (1,), original.storage_offset()).clone()
     entry = _Head(host=weakref.ref(host), base=host.storage_offset(), numel=count, head=head)
-    address = _storage(host)
+    address = storage_address(host)
     _HEADS.setdefault(address, []).append(entry)
     weakref.finalize(host, _drop, address, entry)
     return count * size
@@ -70,7 +68,7 @@ def _drop(address: int, entry: _Head) -> None:
 def on_device(piece: Any) -> Any | None:
     """The device head's elements for `piece` (a contiguous slice of a host copy that has a head, within it),
     else None: the caller copies the piece over as before."""
-    entries = _HEADS.get(_storage(piece)) if piece.is_contiguous() else None
+    entries = _HEADS.get(storage_address(piece)) if piece.is_contiguous() else None
     for entry in entries or ():
         host = entry.host()
         if host is None or host.dtype != piece.dtype:

@@ -22,10 +22,13 @@ is drawn as before. Nothing is shared: the candidate's tensors are its own copie
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from cudaforge.engine.observe import storage_address
 
 MIN_NUMEL = 1 << 18  # below this a draw costs less than the bookkeeping (1 MiB of float32)
 
@@ -52,7 +55,7 @@ class ConstructionRecord:
 
     def forget_written(self, storages: set[int]) -> None:
         """Drop the fills whose memory was written after they were drawn: they no longer hold the draws."""
-        for key in [k for k, (t, _, _) in self.fills.items() if _storage(t) in storages]:
+        for key in [k for k, (t, _, _) in self.fills.items() if storage_address(t) in storages]:
             del self.fills[key]
 
     def keep_only(self, model: Any) -> None:
@@ -62,13 +65,9 @@ class ConstructionRecord:
 
         alive: set[int] = set()
         if isinstance(model, torch.nn.Module):
-            alive = {_storage(t) for t in [*model.parameters(), *model.buffers()]}
-        for key in [k for k, (t, _, _) in self.fills.items() if _storage(t) not in alive]:
+            alive = {storage_address(t) for t in [*model.parameters(), *model.buffers()]}
+        for key in [k for k, (t, _, _) in self.fills.items() if storage_address(t) not in alive]:
             del self.fills[key]
-
-
-def _storage(t: Any) -> int:
-    return int(t.untyped_storage().data_ptr())
 
 
 _WRITES: dict[Any, tuple[tuple[int, str], ...]] = {}
@@ -89,7 +88,7 @@ def _written(func: Any, args: Any, kwargs: dict[str, Any]) -> set[int]:
         value = args[i] if i < len(args) else kwargs.get(name)
         for t in value if isinstance(value, (list, tuple)) else (value,):
             if isinstance(t, torch.Tensor) and t.device.type == "cpu":
-                found.add(_storage(t))
+                found.add(storage_address(t))
     return found
 
 
@@ -119,9 +118,7 @@ def _key(func: Any, kind: str, args: Any, kwargs: dict[str, Any]) -> tuple[Any, 
         return (str(func), tuple(target.shape), target.dtype, rest, tuple(sorted(
             (k, v) for k, v in kwargs.items() if k != "generator")))
     size = tuple(int(s) for s in args[0])
-    numel = 1
-    for s in size:
-        numel *= s
+    numel = math.prod(size)
     device = kwargs.get("device")
     if numel < MIN_NUMEL or (device is not None and torch.device(device).type != "cpu") \
             or kwargs.get("layout") not in (None, torch.strided) or kwargs.get("pin_memory"):
