@@ -811,26 +811,20 @@ class ExpectedPlace:
 
 def expected_fits(nbytes: int) -> bool:
     """Whether `nbytes` more may stay on the device through the timed calls within the memory rule (and the
-    cap): expected_room."""
-    return REFERENCE_IO.get("peak_bytes", 0) > 0 and nbytes <= expected_room()
-
-
-def expected_room() -> int:
-    """The bytes that may stay on the device through the timed calls within the memory rule (and the cap):
-    what is allocated now (both draws, the models, the L2 flush buffer, expected outputs and device heads
+    cap): what is allocated now (both draws, the models, the L2 flush buffer, expected outputs and device heads
     kept so far) plus what one call adds beyond its inputs (the reference's own peak less its inputs, its
     parameters counted again: an overestimate) plus these bytes, under FACTOR x the reference's peak +
     SLACK_BYTES less a quarter of the slack (library workspaces, compare slices)."""
     ref_peak = int(REFERENCE_IO.get("peak_bytes", 0))
     if ref_peak <= 0:
-        return 0
+        return False
     transient = max(0, ref_peak - int(REFERENCE_IO.get("input_bytes", 0)))
     held = held_allocated() + transient
     room = int(FACTOR * ref_peak + SLACK_BYTES - SLACK_BYTES // 4) - held
     cap = CAP.get("bytes")
     if cap is not None:
         room = min(room, int(cap) - SLACK_BYTES // 4 - held)
-    return max(0, room)
+    return nbytes <= max(0, room)
 
 
 COPY_PIECE_BYTES = 256 << 20  # a large host copy goes in pieces of this size, a step boundary between them
@@ -1054,16 +1048,11 @@ def head_room(parked_bytes: int) -> int:
 
 
 def second_draw_fits(draw_bytes: int) -> bool:
-    """Whether timing may keep a second input draw on the device within the memory rule (second_draw_room).
-    Where it does not fit, timing alternates one draw in place (integrity.runtime.FlippingDraw)."""
-    return draw_bytes <= second_draw_room()
-
-
-def second_draw_room() -> int:
-    """The bytes of a second set (an input draw, an output that waits) that may stay on the device within the
-    memory rule: the timed calls hold about the reference's own peak plus that set, which must stay under
-    FACTOR x that peak + SLACK_BYTES (half the slack is left to the L2 flush buffer and the timed-output
-    check), less the device heads of parked outputs already kept, and under the cap when one is set."""
+    """Whether a second set (an input draw, an output that waits) may stay on the device within the memory
+    rule: the timed calls hold about the reference's own peak plus that set, which must stay under FACTOR x
+    that peak + SLACK_BYTES (half the slack is left to the L2 flush buffer and the timed-output check), less
+    the device heads of parked outputs already kept, and under the cap when one is set. Where a second draw
+    does not fit, timing alternates one draw in place (integrity.runtime.FlippingDraw)."""
     from cudaforge.engine.worker import device_heads
 
     ref_peak = int(REFERENCE_IO.get("peak_bytes", 0)) or int(REFERENCE_IO.get("input_bytes", 0)) + \
@@ -1075,7 +1064,7 @@ def second_draw_room() -> int:
     cap = CAP.get("bytes")
     if cap is not None:
         room = min(room, int(cap) - held_allocated() - ref_peak - slack)
-    return max(0, room)
+    return draw_bytes <= max(0, room)
 
 
 def held_allocated() -> int:
