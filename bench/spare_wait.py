@@ -53,7 +53,8 @@ WARM_COLUMNS = (("spare_python_start", "spare: python start"), ("spare_fork", "f
                 ("spare_context", "context (no hold)"), ("spare_check_kernels", "check kernels"),
                 ("spare_warm_checks", "warm checks"), ("spare_cupti", "CUPTI"),
                 ("spare_cupti_prepare", "CUPTI prepare"), ("spare_cupti_enable", "enable"),
-                ("spare_cupti_disable", "disable"), ("spare_handoff", "hand-off"), ("app", "app"))
+                ("spare_cupti_disable", "disable"), ("spare_freeze", "gc freeze"), ("spare_handoff", "hand-off"),
+                ("app", "app"))
 WARM = tuple(key for key, _ in WARM_COLUMNS)
 
 

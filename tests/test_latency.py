@@ -168,6 +168,29 @@ def test_identical_candidate_is_served_from_the_result_cache(cpu_options, tmp_pa
     assert len(stored) == 1 and json.loads(stored[0].read_text())["result"]["outcome"] == "ok"
 
 
+def test_freezing_the_warm_objects_leaves_the_collector_only_what_comes_after() -> None:
+    """entry.freeze_warm_objects (a spare's and the zygote's, after their imports): the imports' objects are
+    frozen, so a full collection no longer walks them, while a cycle made afterwards is still collected."""
+    probe = (
+        "import gc, json\n"
+        "from cudaforge.engine.worker.entry import freeze_warm_objects, preload\n"
+        "preload('cpu')\n"
+        "tracked = len(gc.get_objects())\n"
+        "freeze_warm_objects()\n"
+        "class Node:\n"
+        "    pass\n"
+        "a, b = Node(), Node()\n"
+        "a.other, b.other = b, a\n"
+        "del a, b\n"
+        "print(json.dumps({'tracked': tracked, 'frozen': gc.get_freeze_count(),\n"
+        "                  'left': len(gc.get_objects()), 'collected': gc.collect()}))\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=True)
+    counts = json.loads(out.stdout.strip().splitlines()[-1])
+    assert counts["frozen"] >= 0.9 * counts["tracked"] > 50_000, counts  # torch's imports: over 100,000 objects
+    assert counts["left"] < 0.01 * counts["tracked"], counts
+    assert counts["collected"] >= 2, counts  # the two nodes of the cycle made after the freeze
+
+
 # ------------------------------------------------------------------ spare worker
 
 
@@ -184,6 +207,7 @@ def test_spare_is_created_used_once_replaced_only_on_prewarm_and_killed(cpu_opti
     r = asyncio.run(ev.evaluate(task, cand))
     assert r.accepted, r.message + r.stderr_tail
     assert "spare_wait" in r.phases and r.phases.get("start", 99) < 1.0  # no process start paid here
+    assert "spare_freeze" in r.phases  # its warm objects out of the collector's reach (freeze_warm_objects)
     assert ev.spare is None  # used once, not replaced by itself
     assert _wait_gone([first_pid, sup_pid])
     # without prewarm the next evaluation starts a fresh worker

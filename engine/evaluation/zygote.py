@@ -345,10 +345,11 @@ def main(argv: list[str]) -> int:
     # environment is theirs again after the fork (sandbox.enter_sandbox).
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     try:
-        from cudaforge.engine.worker.entry import preload, preload_counting
+        from cudaforge.engine.worker.entry import freeze_warm_objects, preload, preload_counting
 
         preload(device)
         preload_counting()
+        freeze_warm_objects()
         import torch
 
         if torch.cuda.is_initialized():
