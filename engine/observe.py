@@ -40,6 +40,14 @@ def storage_address(t: Any) -> int:
     return int(t.untyped_storage().data_ptr())
 
 
+def storage_addresses(values: Any) -> set[int]:
+    """The storage addresses of the non-empty tensors among `values` (others skipped): two sets that meet
+    share memory (an output that aliases an input, a parameter, an expected output handed back)."""
+    import torch
+
+    return {storage_address(v) for v in values if isinstance(v, torch.Tensor) and v.numel() > 0}
+
+
 def slice_elements(device: Any) -> int:
     """Elements per slice of a whole-tensor pass over a tensor on `device` (a torch.device or its type)."""
     kind = getattr(device, "type", device)

@@ -38,6 +38,8 @@ from cudaforge.engine.observe import (
     flat_view,
     host_profile,
     slice_elements,
+    storage_address,
+    storage_addresses,
     tensor_bytes,
     untimed_part,
 )
@@ -305,12 +307,6 @@ def largest_magnitude(t: Any) -> float:
     return max(abs(float(low)), abs(float(high)))
 
 
-def _storages(values: list[Any]) -> set[int]:
-    import torch
-
-    return {v.untyped_storage().data_ptr() for v in values if isinstance(v, torch.Tensor) and v.numel() > 0}
-
-
 def _flat(out: Any) -> list[Any]:
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
@@ -411,7 +407,7 @@ class TimedOutputCheck:
                 expected = _flat(self.reference_model(*inputs))
         finally:
             self.timing_numerics()
-        aliases = bool(_storages(expected) & (_storages(inputs) | self.protected))
+        aliases = bool(storage_addresses(expected) & (storage_addresses(inputs) | self.protected))
         del inputs
         # TF32 errors scale with the output: the scale is read here, while the output is on the device.
         with part("expected_scale"):
@@ -457,7 +453,7 @@ class TimedOutputCheck:
         with self.side_by_side() if aside else contextlib.nullcontext():
             if len(got) != len(expected):
                 reason = f"{len(got)} outputs instead of {len(expected)}"
-            elif _storages(got) & _storages(expected):  # an expected output kept on the device, handed back
+            elif storage_addresses(got) & storage_addresses(expected):  # an expected output kept on the device, handed back
                 reason = "returned the memory of the expected output itself"
             else:
                 for k, (e, g) in enumerate(zip(expected, got, strict=True)):
@@ -469,7 +465,7 @@ class TimedOutputCheck:
             self.slow_compares = True  # the next large compares let the GPU go
         if reason:
             self.failures.append({"call": index, "reason": reason})
-        if _storages(got) & self.protected and not self.reference_aliases:  # timed inputs, reference parameters
+        if storage_addresses(got) & self.protected and not self.reference_aliases:  # timed inputs, reference parameters
             self.aliased.append(index)
         del expected, got
 
@@ -495,7 +491,7 @@ def _poison(values: list[Any], protected: set[int]) -> None:
     import torch
 
     for t in values:
-        if isinstance(t, torch.Tensor) and t.numel() > 0 and t.untyped_storage().data_ptr() not in protected:
+        if isinstance(t, torch.Tensor) and t.numel() > 0 and storage_address(t) not in protected:
             with contextlib.suppress(RuntimeError):
                 t.fill_(float("nan") if t.is_floating_point() else 0)
 

@@ -1002,11 +1002,10 @@ def park(values: list[Any], beside: list[Any] = ()) -> tuple[list[Any], bool]:
     candidate handing back unwritten memory cannot find it there; where it was copied, the callers poison
     the original for the same reason."""
     import torch
+    from cudaforge.engine.observe import storage_addresses
 
     tensors = [v for v in values if isinstance(v, torch.Tensor)]
-    mine = {t.untyped_storage().data_ptr() for t in tensors if t.numel() > 0}
-    theirs = {t.untyped_storage().data_ptr() for t in beside if isinstance(t, torch.Tensor) and t.numel() > 0}
-    if tensors and not (mine & theirs) and second_draw_fits(tensor_bytes(tensors)):
+    if tensors and not (storage_addresses(tensors) & storage_addresses(beside)) and second_draw_fits(tensor_bytes(tensors)):
         return list(values), False
     return _with_heads(values, host_copy(values), head_room(tensor_bytes(tensors))), True
 

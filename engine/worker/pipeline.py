@@ -276,16 +276,6 @@ def copy_parameters(model: Any, model_new: Any) -> list[str]:
     return copied
 
 
-def _storage_ptrs(values: list[Any]) -> set[int]:
-    import torch
-
-    ptrs = set()
-    for v in values:
-        if isinstance(v, torch.Tensor) and v.numel() > 0:
-            ptrs.add(v.untyped_storage().data_ptr())
-    return ptrs
-
-
 def _poison(outputs: list[Any]) -> None:
     """Overwrite the reference's output memory so a candidate that reads it back cannot pass."""
     import torch
@@ -362,7 +352,7 @@ def _draw(task: Any, seed: int, device: Any, float_dtype: Any, dist: str) -> lis
 
 
 def _aliases(outputs: list[Any], inputs: list[Any]) -> bool:
-    return bool(_storage_ptrs(outputs) & _storage_ptrs(inputs))
+    return bool(observe.storage_addresses(outputs) & observe.storage_addresses(inputs))
 
 
 def _trial(task: Any, model: Any, model_new: Any, device: Any, float_dtype: Any, seed: int, dist: str, order: str,
@@ -630,7 +620,7 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
     atol, rtol = runtime_checks.timed_tolerance(float(tolerance[0]), float(tolerance[1]), default_numerics, device)
     output_check = runtime_checks.TimedOutputCheck(
         candidate_calls, model, device, atol=atol, rtol=rtol, compare=compare_output,
-        protected=_storage_ptrs([*first, *(draws[1] if isinstance(draws, list) else []), *model.parameters(),
+        protected=observe.storage_addresses([*first, *(draws[1] if isinstance(draws, list) else []), *model.parameters(),
                                   *model.buffers()]),
         sync=REAL_CLOCKS["synchronize"] if device.type == "cuda" else (lambda: None),
         numerics=(set_reference_numerics, lambda: set_default_numerics(default_numerics)),
