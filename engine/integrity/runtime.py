@@ -453,7 +453,7 @@ class TimedOutputCheck:
         with self.side_by_side() if aside else contextlib.nullcontext():
             if len(got) != len(expected):
                 reason = f"{len(got)} outputs instead of {len(expected)}"
-            elif storage_addresses(got) & storage_addresses(expected):  # an expected output kept on the device, handed back
+            elif storage_addresses(got) & storage_addresses(expected):  # a kept expected output, handed back
                 reason = "returned the memory of the expected output itself"
             else:
                 for k, (e, g) in enumerate(zip(expected, got, strict=True)):
@@ -465,7 +465,7 @@ class TimedOutputCheck:
             self.slow_compares = True  # the next large compares let the GPU go
         if reason:
             self.failures.append({"call": index, "reason": reason})
-        if storage_addresses(got) & self.protected and not self.reference_aliases:  # timed inputs, reference parameters
+        if storage_addresses(got) & self.protected and not self.reference_aliases:  # timed inputs, parameters
             self.aliased.append(index)
         del expected, got
 

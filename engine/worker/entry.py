@@ -206,7 +206,8 @@ def freeze_warm_objects() -> None:
     collector's reach for this process's life (gc.freeze): the full collection before an evaluation's device
     memory goes back, under its GPU hold, then walks only what the job made (the imports' 300,000 objects,
     torch._dynamo's included, took 0.13 s a pass on the CPU build here), and so does every automatic
-    oldest-generation pass during the checks. In the zygote it also keeps the collector from touching, and so copying, the pages its forks share."""
+    oldest-generation pass during the checks. In the zygote it also keeps the collector from touching, and
+    so copying, the pages its forks share."""
     import gc
 
     gc.collect()  # what the imports left in cycles goes first; the rest is frozen
