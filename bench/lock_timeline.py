@@ -16,7 +16,13 @@ whole wait by the step of the last reader it waited for; how long readers waited
 held or drained; and the spares' context turns (each spare process's first `warm` hold, its CUDA context) by
 how many other context turns overlapped them: concurrent context creations slow each other (H200 sweeps,
 sessions 18 and 22: a median 0.45-0.59 s alone, 1.6-2.6 s beside four or more), and a window that comes
-during one waits for it.
+during one waits for it. Since context creations hold nothing (engine/gpu/context.py), they are logged as
+`begin`/`end` of kind `context`, and it counts those that overlapped a window or its drain.
+
+Two figures watch fixed costs that no phase clock sees: every hold's length by the step it ended in (a
+finished evaluation's release grew from 0.08 s to 0.4-0.6 s a hold when the trials began keeping their
+allocator cache, sessions 18-22, and nothing showed it), and the releases that overlapped a context
+creation against those that did not (creations slow other processes' frees, session 25).
 
     python bench/lock_timeline.py LOCKLOG [--json OUT] [--top 12]
 """
@@ -78,6 +84,83 @@ def context_turns(events: list[LockEvent]) -> dict[str, list[float]]:
     return {str(k): [float(len(groups[k])), round(statistics.median(groups[k]), 3)] for k in sorted(groups)}
 
 
+RELEASE_STEP = "done.release"  # the label of a finished evaluation's last hold (pipeline.release_gpu)
+
+
+def holds(events: list[LockEvent]) -> list[tuple[str, str, float, float]]:
+    """Every hold: (kind, the step it ended in, got, dropped)."""
+    since: dict[tuple[int, str], float] = {}
+    out = []
+    for e in events:
+        if e.kind not in ("read", "write"):
+            continue
+        if e.event == "got":
+            since[(e.pid, e.kind)] = e.t
+        elif e.event == "drop" and (e.pid, e.kind) in since:
+            out.append((e.kind, e.step, since.pop((e.pid, e.kind)), e.t))
+    return out
+
+
+def hold_lengths(events: list[LockEvent]) -> dict[str, list[float]]:
+    """`kind step` -> [holds, seconds in all, median s, 90th percentile s], the largest sum first."""
+    lengths: dict[str, list[float]] = collections.defaultdict(list)
+    for kind, step, got, dropped in holds(events):
+        lengths[f"{kind} {step}"].append(dropped - got)
+    out = {}
+    for key, v in sorted(lengths.items(), key=lambda kv: -sum(kv[1])):
+        v.sort()
+        out[key] = [float(len(v)), round(sum(v), 3), round(statistics.median(v), 3),
+                    round(v[min(len(v) - 1, int(0.9 * len(v)))], 3)]
+    return out
+
+
+def context_creations(events: list[LockEvent]) -> list[tuple[float, float]]:
+    """Each CUDA context creation logged without a hold (`begin`/`end` of kind `context`): (began, ended)."""
+    began: dict[int, float] = {}
+    out = []
+    for e in events:
+        if e.kind != "context":
+            continue
+        if e.event == "begin":
+            began[e.pid] = e.t
+        elif e.event == "end" and e.pid in began:
+            out.append((began.pop(e.pid), e.t))
+    return out
+
+
+def _overlaps(span: tuple[float, float], others: list[tuple[float, float]]) -> bool:
+    return any(start < span[1] and end > span[0] for start, end in others)
+
+
+def creations_beside(events: list[LockEvent]) -> dict[str, list[float]]:
+    """What the hold-free context creations overlapped: `creations` [n, median s]; `in_windows` [n] of them
+    during a writer's wait or hold (a window or its drain); the finished evaluations' releases that overlapped
+    a creation (`releases_beside` [n, median s]) and those that did not (`releases_apart`). Empty where the
+    log has no creations (logs from before they were logged)."""
+    made = context_creations(events)
+    if not made:
+        return {}
+    wanted: dict[int, float] = {}
+    writing: list[tuple[float, float]] = []  # each writer's want -> drop
+    for e in events:
+        if e.kind != "write":
+            continue
+        if e.event == "want":
+            wanted[e.pid] = e.t
+        elif e.event in ("drop", "gave_up") and e.pid in wanted:
+            writing.append((wanted.pop(e.pid), e.t))
+    releases = [(got, dropped) for kind, step, got, dropped in holds(events) if kind == "read" and step == RELEASE_STEP]
+    beside = [b - a for a, b in releases if _overlaps((a, b), made)]
+    apart = [b - a for a, b in releases if not _overlaps((a, b), made)]
+
+    def summary(v: list[float]) -> list[float]:
+        return [float(len(v)), round(statistics.median(v), 3) if v else 0.0]
+
+    return {"creations": summary([b - a for a, b in made]),
+            "in_windows": [float(sum(_overlaps(c, writing) for c in made))],
+            "releases_beside": summary(beside), "releases_apart": summary(apart)}
+
+
 def timeline(events: list[LockEvent]) -> dict[str, object]:
     """The split of the wall (seconds), the reader steps that drained longest, readers' waits."""
     split = collections.Counter()
@@ -94,7 +177,7 @@ def timeline(events: list[LockEvent]) -> dict[str, object]:
     last_read_drop: tuple[float, str] = (float("-inf"), "")
     if not events:
         return {"wall_s": 0.0, "split_s": {}, "sole_drain_s": {}, "reader_wait_s": {}, "windows": 0,
-                "last_holder_s": {}, "last_holder_n": {}, "context_turns": {}}
+                "last_holder_s": {}, "last_holder_n": {}, "context_turns": {}, "hold_lengths": {}, "creations": {}}
     windows = 0
     last = events[0].t
     for e in events:
@@ -142,7 +225,8 @@ def timeline(events: list[LockEvent]) -> dict[str, object]:
             "sole_drain_s": {k: round(v, 3) for k, v in sole_drain.most_common()},
             "reader_wait_s": {k: round(v, 3) for k, v in reader_wait.items()}, "windows": windows,
             "last_holder_s": {k: round(v, 3) for k, v in last_holder.most_common()},
-            "last_holder_n": dict(last_holder_n), "context_turns": context_turns(events)}
+            "last_holder_n": dict(last_holder_n), "context_turns": context_turns(events),
+            "hold_lengths": hold_lengths(events), "creations": creations_beside(events)}
 
 
 def format_timeline(t: dict[str, object], top: int = 12) -> str:
@@ -165,6 +249,19 @@ def format_timeline(t: dict[str, object], top: int = 12) -> str:
         for k, (n, median) in turns.items():  # type: ignore[union-attr]
             label = f"{k} or more" if int(k) == OVERLAP_CAP else k
             lines.append(f"| {label} | {int(n)} | {median:.2f} |")
+    lengths = t.get("hold_lengths") or {}
+    if lengths:
+        lines += ["", "| holds, by the step they ended in | holds | seconds | median s | p90 s |",
+                  "| --- | --- | --- | --- | --- |"]
+        for key, (n, total, median, p90) in list(lengths.items())[:top]:  # type: ignore[union-attr]
+            lines.append(f"| {key} | {int(n)} | {total:.1f} | {median:.3f} | {p90:.3f} |")
+    made = t.get("creations") or {}
+    if made:
+        (n, median), (inside,) = made["creations"], made["in_windows"]  # type: ignore[index]
+        (nb, mb), (na, ma) = made["releases_beside"], made["releases_apart"]  # type: ignore[index]
+        lines += ["", f"context creations (no hold): {int(n)}, median {median:.2f} s; {int(inside)} during a window "
+                      f"or its drain", f"finished evaluations' releases beside a creation: {int(nb)}, median "
+                      f"{mb:.3f} s; apart from any: {int(na)}, median {ma:.3f} s"]
     waits = t["reader_wait_s"]
     lines += ["", f"readers waited {waits.get('behind_writer', 0.0):.1f} s (summed over readers) while a writer held, "  # type: ignore[union-attr]
                   f"drained or took the GPU, {waits.get('other', 0.0):.1f} s otherwise"]  # type: ignore[union-attr]

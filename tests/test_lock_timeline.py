@@ -97,3 +97,58 @@ def test_context_turns_are_each_spares_first_warm_hold_grouped_by_overlap() -> N
     assert turns == {"0": [1.0, 0.4], "1": [2.0, 1.25]}
     text = format_timeline(timeline(e))
     assert "| 0 | 1 | 0.40 |" in text and "| 1 | 2 | 1.25 |" in text
+
+
+def test_hold_lengths_by_the_step_each_hold_ended_in() -> None:
+    """Every hold's length, by kind and the step it ended in, the largest sum first: what shows a fixed cost
+    per evaluation growing (a finished evaluation's release went from 0.08 s to 0.4-0.6 s unnoticed)."""
+    e = [LockEvent(0.0, 1, "got", "read", "reference"), LockEvent(0.5, 1, "drop", "read", "done.release"),
+         LockEvent(0.0, 2, "got", "read", "a"), LockEvent(0.2, 2, "drop", "read", "done.release"),
+         LockEvent(0.3, 3, "want", "write", "timing_wait"), LockEvent(0.5, 3, "got", "write", "timing_wait"),
+         LockEvent(0.6, 3, "drop", "write", "timing"), LockEvent(0.7, 2, "got", "read", "shapes"),
+         LockEvent(0.8, 2, "drop", "read", "shapes")]
+    lengths = timeline(e)["hold_lengths"]
+    assert list(lengths) == ["read done.release", "read shapes", "write timing"]
+    n, total, median, p90 = lengths["read done.release"]
+    assert (n, total, median, p90) == (2.0, 0.7, 0.35, 0.5)
+    assert lengths["write timing"][:2] == [1.0, 0.1]
+    assert "| read done.release | 2 | 0.7 | 0.350 | 0.500 |" in format_timeline(timeline(e))
+
+
+def test_context_creations_beside_windows_and_releases() -> None:
+    """Creations logged without a hold (begin/end of kind context): how many overlapped a window or its drain,
+    and the finished evaluations' releases that overlapped one against those that did not."""
+    e = [LockEvent(0.0, 1, "got", "read", "shapes"), LockEvent(1.0, 1, "drop", "read", "done.release"),
+         LockEvent(0.5, 9, "begin", "context", "warm"), LockEvent(0.8, 9, "end", "context", "warm"),
+         LockEvent(2.0, 2, "got", "read", "shapes"), LockEvent(2.2, 2, "drop", "read", "done.release"),
+         LockEvent(3.0, 3, "want", "write", "timing_wait"), LockEvent(3.1, 8, "begin", "context", "warm"),
+         LockEvent(3.2, 3, "got", "write", "timing_wait"), LockEvent(3.4, 8, "end", "context", "warm"),
+         LockEvent(3.5, 3, "drop", "write", "timing")]
+    made = timeline(e)["creations"]
+    assert made["creations"] == [2.0, 0.3] and made["in_windows"] == [1.0]
+    assert made["releases_beside"] == [1.0, 1.0] and made["releases_apart"] == [1.0, 0.2]
+    text = format_timeline(timeline(e))
+    assert "context creations (no hold): 2, median 0.30 s; 1 during a window or its drain" in text
+    assert "releases beside a creation: 1, median 1.000 s; apart from any: 1, median 0.200 s" in text
+    assert timeline(e[:2])["creations"] == {}  # a log without creations (older sweeps) shows none
+
+
+def test_a_context_creation_is_logged_around_the_drivers_work(tmp_path: Path) -> None:
+    """engine/gpu/context.py logs `begin`/`end context` through rwlock.log_event, which real processes append
+    to the lock log with their holds; the timeline reads them back (the CUDA call itself needs a GPU: the
+    GPU test of a spare's context checks those lines there)."""
+    log = tmp_path / "lock.log"
+    script = textwrap.dedent("""
+        import time
+        from cudaforge.engine.gpu import rwlock
+        rwlock.STEP_LABEL[0] = lambda: "warm"
+        rwlock.log_event("begin", "context")
+        time.sleep(0.3)
+        rwlock.log_event("end", "context")
+    """)
+    env = {**os.environ, "CUDAFORGE_LOCK_LOG": str(log)}
+    assert subprocess.run([sys.executable, "-c", script], env=env, timeout=120).returncode == 0
+    events = read_log(log)
+    assert [(ev.event, ev.kind, ev.step) for ev in events] == [("begin", "context", "warm"), ("end", "context", "warm")]
+    (n, median), = [timeline(events)["creations"]["creations"]]
+    assert n == 1 and median >= 0.3

@@ -16,9 +16,17 @@ def open_context(gpu: int) -> None:
     nothing and allocating nothing through PyTorch's allocator: `cudaDeviceSynchronize` initializes the
     runtime's context on the current device and, with nothing queued, returns at once."""
     import torch
+    from cudaforge.engine.gpu.rwlock import log_event
 
-    torch.cuda.set_device(gpu)
-    torch.cuda.synchronize(gpu)
+    made = not torch.cuda.is_initialized()  # else the context exists: nothing to show
+    if made:  # no hold, but the lock log shows what a creation overlapped (bench/lock_timeline.py)
+        log_event("begin", "context")
+    try:
+        torch.cuda.set_device(gpu)
+        torch.cuda.synchronize(gpu)
+    finally:
+        if made:
+            log_event("end", "context")
 
 
 def context_is_current() -> bool:

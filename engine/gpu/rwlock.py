@@ -33,9 +33,11 @@ LOG_ENV = "CUDAFORGE_LOCK_LOG"  # a file: every want, got and drop of every proc
 STEP_LABEL: list[Callable[[], str | None]] = [lambda: None]
 
 
-def _log(event: str, kind: str, lock_path: str) -> None:
+def log_event(event: str, kind: str) -> None:
     """One line of the lock log (LOG_ENV), when asked for: bench/lock_timeline.py rebuilds from it who held,
-    waited for and drained the GPU when. One O_APPEND write per line, so processes never interleave."""
+    waited for and drained the GPU when (events want, got, drop, gave_up of kind read or write), and when
+    work that takes no hold but may slow other processes' device work happened (begin and end of kind
+    context: engine/gpu/context.py). One O_APPEND write per line, so processes never interleave."""
     target = os.environ.get(LOG_ENV)
     if not target:
         return
@@ -104,7 +106,7 @@ class Hold:
                 sync()
         finally:
             fds, self._fds = self._fds, []
-            _log("drop", self.kind, self.lock_path)
+            log_event("drop", self.kind)
             with contextlib.suppress(ValueError):
                 _HELD.remove(self)
             for fd in fds:  # the GPU lock first, then the turnstile
@@ -124,7 +126,7 @@ def acquire(lock_path: str | os.PathLike[str], kind: str) -> Hold:
         raise RuntimeError("a write hold was asked while this process holds the GPU lock: release it first "
                            "(a hold is never upgraded)")
     start = time.monotonic()
-    _log("want", kind, os.fspath(path))
+    log_event("want", kind)
     turnstile = _open(writers_path(path))
     main = _open(path)
     try:
@@ -141,13 +143,13 @@ def acquire(lock_path: str | os.PathLike[str], kind: str) -> Hold:
             os.close(turnstile)
             fds = [main]
     except BaseException:
-        _log("gave_up", kind, os.fspath(path))
+        log_event("gave_up", kind)
         for fd in (main, turnstile):
             with contextlib.suppress(OSError):
                 os.close(fd)
         raise
     h = Hold(kind=kind, lock_path=os.fspath(path), waited_s=time.monotonic() - start, _fds=fds)
-    _log("got", kind, h.lock_path)
+    log_event("got", kind)
     _HELD.append(h)
     return h
 
