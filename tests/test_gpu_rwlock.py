@@ -233,42 +233,6 @@ def test_a_reader_yields_to_a_waiting_writer_at_a_step_boundary(tmp_path: Path) 
         gpu_share.release_all()
 
 
-def test_a_finished_evaluation_lets_a_waiting_window_go_before_its_frees(tmp_path: Path, monkeypatch) -> None:
-    """pipeline.release_gpu (the worker's exit): with a timed window waiting elsewhere, the read hold goes
-    first, the window runs, and only then are the device's frees made (under a read hold again), so no window
-    drains behind a finished evaluation's release. Shown by the lock log's lines of both processes and the
-    times of the frees."""
-    from cudaforge.engine.worker import gpu_share, memory, pipeline
-
-    lock, log = tmp_path / "gpu0.lock", tmp_path / "lock.log"
-    monkeypatch.setenv(rwlock.LOG_ENV, str(log))
-    frees: list[float] = []
-    real_release = memory.release
-
-    def timed_release(*args: object, **kwargs: object) -> None:
-        frees.append(time.time())  # the log's clock
-        real_release(*args, **kwargs)
-
-    monkeypatch.setattr(memory, "release", timed_release)
-    try:
-        gpu_share.read(str(lock))
-        writer = Actor(lock, rwlock.WRITE, 0.3, tmp_path / "w.json")
-        writer.wait_for("asked")
-        _until(lambda: rwlock.writer_waiting(lock) and _flocks(lock, "WRITE", waiting=True) == 1)
-        pipeline.release_gpu()
-        assert writer.finish()["released"]
-    finally:
-        gpu_share.release_all()
-    lines = [line.split() for line in log.read_text().splitlines()]
-    ours = [(float(t), event) for t, pid, event, kind, _ in lines if int(pid) == os.getpid()]
-    theirs = {event: float(t) for t, pid, event, kind, _ in lines if int(pid) == writer.proc.pid}
-    first_drop = next(t for t, event in ours if event == "drop")
-    last_drop = ours[-1][0]
-    assert first_drop <= theirs["got"] <= theirs["drop"], (ours, theirs)
-    assert len(frees) == 1 and theirs["drop"] <= frees[0] <= last_drop, (frees, ours, theirs)
-    assert [event for _, event in ours][-3:] == ["want", "got", "drop"], "the frees are made under a hold again"
-
-
 def _worker_job(tmp_path: Path, lock: Path, options: object = None, task_path: Path | None = None,
                 candidate_path: Path | None = None) -> tuple[Path, Path, dict]:
     """A real worker's job (default: CPU device, the CI task, the correct candidate) given the GPU lock

@@ -1001,10 +1001,9 @@ def release_gpu() -> None:
     reservation is dropped)."""
     from cudaforge.engine.worker.host_buffers import POOL
 
-    # A timed window that waits elsewhere goes before the frees rather than after them: a finished
-    # evaluation's release was the last reader 63 of the H100 sweep's 257 windows waited for (28 s of its
-    # 74.5 s drain, session 24). The report is written: only this process's memory waits meanwhile.
-    gpu_share.yield_to_writers()
+    # No yield to a waiting writer first: it would save a window at most the release's own hold (3.2 s of
+    # the H200 sweep's drains, session 22's lock log), while a yield behind a long writer (an ncu replay) could
+    # outlast EXIT_GRACE_S, and the worker killed then frees its memory with no hold at all.
     memory.release(full=True, host_buffers=False)
     with sub_phase("release"):  # the lock log's label of this last drop
         gpu_share.release_hold()
