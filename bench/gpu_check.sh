@@ -232,6 +232,8 @@ step() {
             [ -n "$smi" ] && kill "$smi" 2>/dev/null
             "$PY" bench/lock_timeline.py "$OUT/$name.locklog" --json "$OUT/$name.timeline.json" \
                 > "$OUT/$name.timeline.txt" 2>&1
+            local lock
+            lock=$("$PY" bench/lock_timeline.py "$OUT/$name.locklog" --brief 2>/dev/null) && lock="; $lock"
             local util
             util=$(awk -F', *' 'NF >= 2 && $2 ~ /^[0-9]+$/ {s += $2; n++} END {if (n) printf "; GPU busy %.0f %%", s / n}' \
                 "$OUT/$name.util.csv" 2>/dev/null)
@@ -240,7 +242,7 @@ step() {
                 "$PY" bench/stack_summary.py "$stacks" --hold write > "$OUT/$name.stacks.txt" 2>&1
                 held="; $(last_line "$OUT/$name.stacks.txt")"
             fi
-            printf '%s\t%s\n' "$(status $rc)" "$(sweep_line "$name")$util$held" ;;
+            printf '%s\t%s\n' "$(status $rc)" "$(sweep_line "$name")$util${lock:-}$held" ;;
         batch)
             [ -n "$KB" ] || { printf 'skipped\tno KernelBench folder (carry .kb/ or set KERNELBENCH_DIR)\n'; return; }
             [ "$WHEELS" = ok ] || { printf 'skipped\tneeds openai & co.: carry the wheels in .whl/\n'; return; }

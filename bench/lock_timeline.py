@@ -268,18 +268,34 @@ def format_timeline(t: dict[str, object], top: int = 12) -> str:
     return "\n".join(lines)
 
 
+def brief(t: dict[str, object]) -> str:
+    """One line for a run's table of key figures (bench/gpu_check.sh): the drain and the windows' own time,
+    the finished evaluations' median release hold, and how many context creations came during a window."""
+    split = t.get("split_s") or {}
+    line = (f"drain {split.get('drain', 0.0):.1f} s, exclusive {split.get('exclusive', 0.0):.1f} s "  # type: ignore[union-attr]
+            f"of {float(t['wall_s']):.1f} s")  # type: ignore[arg-type]
+    release = (t.get("hold_lengths") or {}).get(f"read {RELEASE_STEP}")  # type: ignore[union-attr]
+    if release:
+        line += f"; releases {release[2]:.2f} s median"
+    made = t.get("creations") or {}
+    if made:
+        line += f"; {int(made['in_windows'][0])} of {int(made['creations'][0])} context creations in a window"  # type: ignore[index]
+    return line
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("log", help="the lock log (CUDAFORGE_LOCK_LOG of the run)")
     ap.add_argument("--json", help="write the figures here too")
     ap.add_argument("--top", type=int, default=12, help="how many reader steps to list")
+    ap.add_argument("--brief", action="store_true", help="print one line of key figures only")
     args = ap.parse_args(argv)
     path = Path(args.log)
     if not path.is_file():
         print(f"lock_timeline: {path}: no such file (was CUDAFORGE_LOCK_LOG set for the run?)", file=sys.stderr)
         return 2
     t = timeline(read_log(path))
-    print(format_timeline(t, args.top))
+    print(brief(t) if args.brief else format_timeline(t, args.top))
     if args.json:
         Path(args.json).write_text(json.dumps(t, indent=1), encoding="utf-8")
     return 0

@@ -152,3 +152,16 @@ def test_a_context_creation_is_logged_around_the_drivers_work(tmp_path: Path) ->
     assert [(ev.event, ev.kind, ev.step) for ev in events] == [("begin", "context", "warm"), ("end", "context", "warm")]
     (n, median), = [timeline(events)["creations"]["creations"]]
     assert n == 1 and median >= 0.3
+
+
+def test_brief_line_for_the_key_figures_table(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """`--brief`: the one line bench/gpu_check.sh adds to a sweep's key figures (drain, exclusive, wall, the
+    releases' median hold, creations during a window)."""
+    log = tmp_path / "lock.log"
+    log.write_text("\n".join(f"{t} {pid} {event} {kind} {step}" for t, pid, event, kind, step in [
+        (0.0, 1, "got", "read", "shapes"), (0.5, 9, "begin", "context", "warm"), (1.0, 2, "want", "write", "timing_wait"),
+        (1.1, 9, "end", "context", "warm"), (1.5, 1, "drop", "read", "done.release"),
+        (1.5, 2, "got", "write", "timing_wait"), (2.0, 2, "drop", "write", "timing")]) + "\n")
+    assert main([str(log), "--brief"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line == "drain 0.5 s, exclusive 0.5 s of 2.0 s; releases 1.50 s median; 1 of 1 context creations in a window"
