@@ -620,8 +620,8 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
     atol, rtol = runtime_checks.timed_tolerance(float(tolerance[0]), float(tolerance[1]), default_numerics, device)
     output_check = runtime_checks.TimedOutputCheck(
         candidate_calls, model, device, atol=atol, rtol=rtol, compare=compare_output,
-        protected=observe.storage_addresses([*first, *(draws[1] if isinstance(draws, list) else []), *model.parameters(),
-                                  *model.buffers()]),
+        protected=observe.storage_addresses([*first, *(draws[1] if isinstance(draws, list) else []),
+                                             *model.parameters(), *model.buffers()]),
         sync=REAL_CLOCKS["synchronize"] if device.type == "cuda" else (lambda: None),
         numerics=(set_reference_numerics, lambda: set_default_numerics(default_numerics)),
         # Waited for, in pieces: before the window the copies' step boundaries let other windows go first.
