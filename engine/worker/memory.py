@@ -818,13 +818,24 @@ def expected_fits(nbytes: int) -> bool:
     ref_peak = int(REFERENCE_IO.get("peak_bytes", 0))
     if ref_peak <= 0:
         return False
-    transient = max(0, ref_peak - int(REFERENCE_IO.get("input_bytes", 0)))
-    held = held_allocated() + transient
-    room = int(FACTOR * ref_peak + SLACK_BYTES - SLACK_BYTES // 4) - held
+    return nbytes <= _room_beside(int(FACTOR * ref_peak + SLACK_BYTES - SLACK_BYTES // 4),
+                                  held_allocated() + _call_adds(ref_peak))
+
+
+def _call_adds(ref_peak: int) -> int:
+    """What one reference call adds beyond its inputs: its own peak less its inputs (its parameters counted
+    again: an overestimate)."""
+    return max(0, ref_peak - int(REFERENCE_IO.get("input_bytes", 0)))
+
+
+def _room_beside(bound: int, held: int) -> int:
+    """Bytes that may stay on the device beside `held` under `bound` (the rule's, as the caller reads it)
+    and under the cap less a quarter of the slack (library workspaces, compare slices); 0 where none."""
+    room = bound - held
     cap = CAP.get("bytes")
     if cap is not None:
         room = min(room, int(cap) - SLACK_BYTES // 4 - held)
-    return nbytes <= max(0, room)
+    return max(0, room)
 
 
 COPY_PIECE_BYTES = 256 << 20  # a large host copy goes in pieces of this size, a step boundary between them
@@ -1005,7 +1016,8 @@ def park(values: list[Any], beside: list[Any] = ()) -> tuple[list[Any], bool]:
     from cudaforge.engine.observe import storage_addresses
 
     tensors = [v for v in values if isinstance(v, torch.Tensor)]
-    if tensors and not (storage_addresses(tensors) & storage_addresses(beside)) and second_draw_fits(tensor_bytes(tensors)):
+    shares_memory = bool(storage_addresses(tensors) & storage_addresses(beside))
+    if tensors and not shares_memory and second_draw_fits(tensor_bytes(tensors)):
         return list(values), False
     return _with_heads(values, host_copy(values), head_room(tensor_bytes(tensors))), True
 
@@ -1040,13 +1052,8 @@ def head_room(parked_bytes: int) -> int:
     ref_peak = int(REFERENCE_IO.get("peak_bytes", 0))
     if ref_peak <= 0 or "bytes" not in ESTIMATE:
         return 0
-    transient = max(0, ref_peak - int(REFERENCE_IO.get("input_bytes", 0)))
-    held = held_allocated() - parked_bytes + transient
-    room = min(int(FACTOR * ref_peak + SLACK_BYTES // 2), ESTIMATE["bytes"] - SLACK_BYTES // 4) - held
-    cap = CAP.get("bytes")
-    if cap is not None:
-        room = min(room, int(cap) - SLACK_BYTES // 4 - held)
-    return max(0, room)
+    return _room_beside(min(int(FACTOR * ref_peak + SLACK_BYTES // 2), ESTIMATE["bytes"] - SLACK_BYTES // 4),
+                        held_allocated() - parked_bytes + _call_adds(ref_peak))
 
 
 def second_draw_fits(draw_bytes: int) -> bool:
