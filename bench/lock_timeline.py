@@ -87,7 +87,10 @@ def context_turns(events: list[LockEvent]) -> dict[str, list[float]]:
 RELEASE_STEP = "done.release"  # the label of a finished evaluation's last hold (pipeline.release_gpu)
 
 
-def holds(events: list[LockEvent]) -> list[tuple[str, str, float, float]]:
+Held = list[tuple[str, str, float, float]]  # holds(): (kind, the step it ended in, got, dropped)
+
+
+def holds(events: list[LockEvent]) -> Held:
     """Every hold: (kind, the step it ended in, got, dropped)."""
     since: dict[tuple[int, str], float] = {}
     out = []
@@ -101,10 +104,10 @@ def holds(events: list[LockEvent]) -> list[tuple[str, str, float, float]]:
     return out
 
 
-def hold_lengths(events: list[LockEvent]) -> dict[str, list[float]]:
+def hold_lengths(held: Held) -> dict[str, list[float]]:
     """`kind step` -> [holds, seconds in all, median s, 90th percentile s], the largest sum first."""
     lengths: dict[str, list[float]] = collections.defaultdict(list)
-    for kind, step, got, dropped in holds(events):
+    for kind, step, got, dropped in held:
         lengths[f"{kind} {step}"].append(dropped - got)
     out = {}
     for key, v in sorted(lengths.items(), key=lambda kv: -sum(kv[1])):
@@ -132,7 +135,7 @@ def _overlaps(span: tuple[float, float], others: list[tuple[float, float]]) -> b
     return any(start < span[1] and end > span[0] for start, end in others)
 
 
-def creations_beside(events: list[LockEvent]) -> dict[str, list[float]]:
+def creations_beside(events: list[LockEvent], held: Held) -> dict[str, list[float]]:
     """What the hold-free context creations overlapped: `creations` [n, median s]; `in_windows` [n] of them
     during a writer's wait or hold (a window or its drain); the finished evaluations' releases that overlapped
     a creation (`releases_beside` [n, median s]) and those that did not (`releases_apart`). Empty where the
@@ -149,7 +152,7 @@ def creations_beside(events: list[LockEvent]) -> dict[str, list[float]]:
             wanted[e.pid] = e.t
         elif e.event in ("drop", "gave_up") and e.pid in wanted:
             writing.append((wanted.pop(e.pid), e.t))
-    releases = [(got, dropped) for kind, step, got, dropped in holds(events) if kind == "read" and step == RELEASE_STEP]
+    releases = [(got, dropped) for kind, step, got, dropped in held if kind == "read" and step == RELEASE_STEP]
     beside = [b - a for a, b in releases if _overlaps((a, b), made)]
     apart = [b - a for a, b in releases if not _overlaps((a, b), made)]
 
@@ -221,12 +224,13 @@ def timeline(events: list[LockEvent]) -> dict[str, object]:
             if e.kind == "read" and e.pid in pending_sole:
                 sole_drain[e.step] += pending_sole.pop(e.pid)
     wall = events[-1].t - events[0].t
+    held = holds(events)
     return {"wall_s": round(wall, 3), "split_s": {k: round(v, 3) for k, v in split.most_common()},
             "sole_drain_s": {k: round(v, 3) for k, v in sole_drain.most_common()},
             "reader_wait_s": {k: round(v, 3) for k, v in reader_wait.items()}, "windows": windows,
             "last_holder_s": {k: round(v, 3) for k, v in last_holder.most_common()},
             "last_holder_n": dict(last_holder_n), "context_turns": context_turns(events),
-            "hold_lengths": hold_lengths(events), "creations": creations_beside(events)}
+            "hold_lengths": hold_lengths(held), "creations": creations_beside(events, held)}
 
 
 def format_timeline(t: dict[str, object], top: int = 12) -> str:
