@@ -204,6 +204,7 @@ def test_a_younger_ready_spare_goes_before_an_older_one_still_warming(tmp_path: 
     pool = SparePool()
     assert pool.fill("k", 3, start) == 3
     a, b, c = pool.spares
+    taken: list = []  # spares handed out later, killed at the end
     try:
         ready(b)
         assert pool.take("k") is b  # a still warming, b ready: b
@@ -220,8 +221,22 @@ def test_a_younger_ready_spare_goes_before_an_older_one_still_warming(tmp_path: 
         other = pool.spares[0]
         assert pool.take("other options") is None and not other.alive()  # started for other options: killed
         assert pool.last_take is not None and pool.last_take.dropped_other_key == 1
+        assert pool.last_take.started == 1  # the fill since the take before
+        # A spare that dies between two takes is replaced by the next fill (a session's prewarm) without a
+        # word: the take after it still says so, and that the spare it hands out is the replacement.
+        assert pool.fill("k", 2, start) == 2
+        first, second = pool.spares
+        first.kill(remove=False)
+        assert pool.fill("k", 2, start) == 1
+        assert pool.take("k") is second
+        took = pool.last_take
+        assert took is not None and took.dropped_dead == 1 and took.dropped_other_key == 0 and took.started == 3
+        last = pool.take("k")
+        assert last is not None and pool.last_take is not None
+        assert (pool.last_take.dropped_dead, pool.last_take.started) == (0, 0)  # counted once, at the first take
+        taken.extend((second, last))
     finally:
-        for spare in (a, b, c, *pool.clear()):
+        for spare in (a, b, c, *taken, *pool.clear()):
             spare.kill()
 
 

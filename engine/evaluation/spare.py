@@ -132,14 +132,17 @@ def start_spare(*, key: str, prefix: Sequence[str], python: str, device: str, gp
 class PoolTake:
     """What one `SparePool.take` found: why a job waited for its spare, if it did. A job that finds its
     spare still warming although the pool started spares long before shows here whether they had died or
-    been started for other options (a changed key kills them)."""
+    been started for other options (a changed key kills them). The drops and starts are counted since the
+    previous take, at every fill as well: a fill between two takes (a session's prewarm while the LLM
+    thinks) replaces what died without a word otherwise."""
 
     live: int  # live spares for the key, the taken one included
-    dropped_dead: int  # spares found dead (killed by a limit, crashed)
-    dropped_other_key: int  # spares started for other options: killed
+    dropped_dead: int  # spares found dead since the previous take (killed by a limit, crashed)
+    dropped_other_key: int  # spares started for other options since the previous take: killed
     taken_age_s: float | None  # seconds since the taken spare was started (None: none taken)
     taken_ready: bool  # it had said it was ready
     waiting_ages_s: tuple[float, ...] = ()  # the spares left in the pool: seconds since each was started
+    started: int = 0  # spares the pool started since the previous take (its refill included)
 
 
 class SparePool:
@@ -150,25 +153,25 @@ class SparePool:
     def __init__(self) -> None:
         self._spares: list[Spare] = []
         self.last_take: PoolTake | None = None
+        # Since the last take: spares dropped dead, dropped for another key, started.
+        self._dead_since = self._other_since = self._started_since = 0
 
     @property
     def spares(self) -> tuple[Spare, ...]:
         return tuple(self._spares)
 
-    def _prune(self, key: str) -> tuple[int, int]:
-        """Kill the spares that died or were started for other options; (dead, other key) counts."""
+    def _prune(self, key: str) -> None:
+        """Kill the spares that died or were started for other options, counted for the next take."""
         keep = []
-        dead = other = 0
         for spare in self._spares:
             alive = spare.alive()  # asked once: a spare that dies meanwhile is counted as one or the other
             if alive and spare.key == key:
                 keep.append(spare)
             else:
-                dead += not alive
-                other += alive
+                self._dead_since += not alive
+                self._other_since += alive
                 spare.kill()
         self._spares = keep
-        return dead, other
 
     def fill(self, key: str, depth: int, start: Callable[[], Spare]) -> int:
         """Start spares (`start()`) until `depth` live ones for `key` wait; returns how many were started."""
@@ -177,15 +180,18 @@ class SparePool:
         while len(self._spares) < depth:
             self._spares.append(start())
             started += 1
+        self._started_since += started
         return started
 
     def take(self, key: str) -> Spare | None:
         """The spare for the next job (removed from the pool), or None when no live one for `key` is left."""
-        dead, other = self._prune(key)
+        self._prune(key)
+        dead, other, started = self._dead_since, self._other_since, self._started_since
+        self._dead_since = self._other_since = self._started_since = 0
         live = len(self._spares)
         if not self._spares:
             self.last_take = PoolTake(live=0, dropped_dead=dead, dropped_other_key=other, taken_age_s=None,
-                                      taken_ready=False)
+                                      taken_ready=False, started=started)
             return None
         ready = next((s for s in self._spares if s.ready() is not None), None)
         pick = ready or self._spares[0]
@@ -193,7 +199,8 @@ class SparePool:
         now = time.monotonic()
         self.last_take = PoolTake(live=live, dropped_dead=dead, dropped_other_key=other,
                                   taken_age_s=round(now - pick.started, 3), taken_ready=ready is not None,
-                                  waiting_ages_s=tuple(round(now - s.started, 3) for s in self._spares))
+                                  waiting_ages_s=tuple(round(now - s.started, 3) for s in self._spares),
+                                  started=started)
         return pick
 
     def clear(self) -> list[Spare]:
