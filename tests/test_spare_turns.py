@@ -204,7 +204,7 @@ def test_a_younger_ready_spare_goes_before_an_older_one_still_warming(tmp_path: 
     pool = SparePool()
     assert pool.fill("k", 3, start) == 3
     a, b, c = pool.spares
-    taken: list = []  # spares handed out later, killed at the end
+    taken: list[object] = []  # spares handed out later, killed at the end
     try:
         ready(b)
         assert pool.take("k") is b  # a still warming, b ready: b
@@ -222,8 +222,8 @@ def test_a_younger_ready_spare_goes_before_an_older_one_still_warming(tmp_path: 
         assert pool.take("other options") is None and not other.alive()  # started for other options: killed
         assert pool.last_take is not None and pool.last_take.dropped_other_key == 1
         assert pool.last_take.started == 1  # the fill since the take before
-        # A spare that dies between two takes is replaced by the next fill (a session's prewarm) without a
-        # word: the take after it still says so, and that the spare it hands out is the replacement.
+        # A spare that dies between two takes is replaced by the next fill (a session's prewarm): the take
+        # after it still counts the dead one and the starts, and hands out the oldest survivor.
         assert pool.fill("k", 2, start) == 2
         first, second = pool.spares
         first.kill(remove=False)
