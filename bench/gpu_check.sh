@@ -230,10 +230,9 @@ step() {
                 ${ORDER_FROM:+--order-from $ORDER_FROM} ${SWEEP_ARGS:-} \
                 --json "$OUT/$name.json" --rows "$OUT/$name.rows.jsonl"; rc=$?
             [ -n "$smi" ] && kill "$smi" 2>/dev/null
+            local lock=""  # the timeline's last line, "in brief: ...", for the key figures
             "$PY" bench/lock_timeline.py "$OUT/$name.locklog" --json "$OUT/$name.timeline.json" \
-                > "$OUT/$name.timeline.txt" 2>&1
-            local lock
-            lock=$("$PY" bench/lock_timeline.py "$OUT/$name.locklog" --brief 2>/dev/null) && lock="; $lock"
+                > "$OUT/$name.timeline.txt" 2>&1 && lock="; $(sed -n 's/^in brief: //p' "$OUT/$name.timeline.txt")"
             local util
             util=$(awk -F', *' 'NF >= 2 && $2 ~ /^[0-9]+$/ {s += $2; n++} END {if (n) printf "; GPU busy %.0f %%", s / n}' \
                 "$OUT/$name.util.csv" 2>/dev/null)

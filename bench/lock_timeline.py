@@ -272,6 +272,9 @@ def format_timeline(t: dict[str, object], top: int = 12) -> str:
     return "\n".join(lines)
 
 
+BRIEF_LABEL = "in brief: "  # the full timeline's last line: the brief line after this label
+
+
 def brief(t: dict[str, object]) -> str:
     """One line for a run's table of key figures (bench/gpu_check.sh): the drain and the windows' own time,
     the finished evaluations' median release hold, and how many context creations came during a window."""
@@ -299,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lock_timeline: {path}: no such file (was CUDAFORGE_LOCK_LOG set for the run?)", file=sys.stderr)
         return 2
     t = timeline(read_log(path))
-    print(brief(t) if args.brief else format_timeline(t, args.top))
+    # The full timeline ends with the brief line too, so bench/gpu_check.sh reads the log once for both.
+    print(brief(t) if args.brief else f"{format_timeline(t, args.top)}\n\n{BRIEF_LABEL}{brief(t)}")
     if args.json:
         Path(args.json).write_text(json.dumps(t, indent=1), encoding="utf-8")
     return 0

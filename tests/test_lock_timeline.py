@@ -165,3 +165,5 @@ def test_brief_line_for_the_key_figures_table(tmp_path: Path, capsys) -> None:  
     assert main([str(log), "--brief"]) == 0
     line = capsys.readouterr().out.strip()
     assert line == "drain 0.5 s, exclusive 0.5 s of 2.0 s; releases 1.50 s median; 1 of 1 context creations in a window"
+    assert main([str(log)]) == 0  # the full timeline ends with the same line, read from there by gpu_check.sh
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "in brief: " + line
