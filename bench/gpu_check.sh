@@ -58,6 +58,7 @@ STEPS="tests|5|gpu|Do the engine's GPU tests pass (examples, memory, KernelBench
 tests-integrity|5|gpu|Do the adversarial and Triton GPU tests pass: pytest -m gpu tests/test_adversarial.py tests/test_triton_gpu.py
 examples|3|gpu|Is every example accepted in nvrtc and inline, and does cudaforge doctor see the GPU: bench/gpu_examples.py
 latency|5|gpu,wheels|How long is a round (nvrtc, 7 examples, with and without its profile), how long a spare is waited for: bench/round_latency.py, bench/spare_wait.py
+spares|3|gpu,wheels|Does every round of a scripted session find its spares warm, and does every profile succeed (SPARE_ROUNDS rounds, two sessions; each profile's spare pool at its take, a failed profile's ncu and target lines): bench/spare_wait.py
 fidelity|5|gpu|Do our timings agree with triton.testing.do_bench: bench/timing_fidelity.py
 adversarial|3|gpu|Is every adversarial candidate caught with evaluations in flight: bench/adversarial_table.py
 triton|3|gpu|Do Triton candidates time like do_bench, and how long is a Triton round: bench/triton_gpu.py
@@ -192,6 +193,18 @@ step() {
                 figures="$figures; spare_wait skipped (no wheels in .whl/)"
             fi
             printf '%s\t%s\n' "$(status $rc)" "$figures" ;;
+        spares)
+            if [ "$WHEELS" != ok ]; then printf 'skipped\tno wheels in .whl/\n'; return; fi
+            local n failed=0 waits=""
+            for n in 1 2; do
+                run "spares-$n.log" "$((STEP_LIMIT / 2))" env PYTHONPATH="$WHEEL_PATH" "$PY" bench/spare_wait.py \
+                    --skip-throughput --rounds "${SPARE_ROUNDS:-8}" --wall-s 90 --json "$OUT/spares-$n.json" \
+                    || first_failure $?
+                failed=$((failed + $(grep -c 'profile failed' "$OUT/spares-$n.log")))
+                waits="$waits $(grep -o 'median [0-9.]* s, max [0-9.]* s' "$OUT/spares-$n.log" | tr -d ',')"
+            done
+            printf '%s\t%s\n' "$( [ "$failed" = 0 ] && status "$rc" || echo 'fail(profiles)')" \
+                "spare wait (2 sessions):$waits; failed profiles $failed" ;;
         fidelity)
             # shellcheck disable=SC2086
             run fidelity.log "$STEP_LIMIT" "$PY" bench/timing_fidelity.py --parallel "$JOBS" $FIDELITY_ARGS \

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import statistics
@@ -81,6 +82,8 @@ async def session_rounds(task: str, rounds: int, out: Path, device: str = "cuda"
     llm = {"provider": "openai-compatible", "model": "scripted", "api_key_env": KEY_ENV, "timeout_s": 60.0,
            "max_retries": 0}
     timeline: list[tuple[float, int, str]] = []
+    takes: dict[int, Any] = {}  # round -> what its profile found in the profile spare pool (PoolTake)
+    made: list[Any] = []  # the session, once made (the events below read its profiler)
 
     t0 = time.time()
 
@@ -90,6 +93,8 @@ async def session_rounds(task: str, rounds: int, out: Path, device: str = "cuda"
             print(f"[{time.time() - t0:6.1f} s] round {e.round}: {e.phase}", file=sys.stderr, flush=True)
         elif isinstance(e, RoundFinished):
             timeline.append((time.time(), e.round, "done"))
+            profiler = getattr(made[0], "profiler", None) if made else None
+            takes[e.round] = getattr(profiler, "last_take", None)
             print(f"[{time.time() - t0:6.1f} s] round {e.round}: done", file=sys.stderr, flush=True)
 
     with ScriptedLLMServer(script) as server:
@@ -101,6 +106,7 @@ async def session_rounds(task: str, rounds: int, out: Path, device: str = "cuda"
         for role in ("coder", "judge"):
             flat.update({f"{role}.{k}": v for k, v in llm.items()} | {f"{role}.base_url": server.base_url_compat})
         session = create_session(task_path, load_config(None, flat, use_user_config=False), on_event=on_event)
+        made.append(session)
         await session.run()
     phases: dict[int, dict[str, float]] = {}
     for (t, n, phase), (t_next, _, _) in zip(timeline, timeline[1:], strict=False):
@@ -118,7 +124,12 @@ async def session_rounds(task: str, rounds: int, out: Path, device: str = "cuda"
                      # the profile's job waiting for its ncu-wrapped spare's warm-up (bench/ncu_spares.py asks why)
                      "profile_spare_wait_s": rec.profile.worker_phases.get("spare_wait") if rec.profile else None,
                      "profile_error": "" if rec.profile is None or rec.profile.ok else
-                     f"{rec.profile.error_kind}: {rec.profile.message[:200]}"})
+                     f"{rec.profile.error_kind}: {rec.profile.message[:300]}",
+                     # a failed profile's evidence: ncu's own lines and the target's, ncu's exit code
+                     "profile_failure": {} if rec.profile is None or rec.profile.ok else {
+                         "returncode": rec.profile.returncode, "ncu": rec.profile.log_tail,
+                         "target_stderr": rec.profile.target_stderr, "worker_phases": rec.profile.worker_phases},
+                     "profile_take": dataclasses.asdict(takes[rec.round]) if takes.get(rec.round) else None})
     return rows
 
 
@@ -206,8 +217,21 @@ def main() -> int:
                 f(r[k + '_s']) for k in WARM) + f" | {f(r['evaluate_s'])} | {f(r['profile_s'])} | "
                 f"{f(r['profile_spare_wait_s'])} |")
         for r in res["session"]:
+            take = r.get("profile_take")
+            if take:  # why a profile waited for its spare, if it did (engine/evaluation/spare.py PoolTake)
+                print(f"round {r['round']}: profile spare pool at the take: {take['live']} live, taken "
+                      f"{'ready' if take['taken_ready'] else 'warming'} at {f(take['taken_age_s'])} s old, others "
+                      f"{', '.join(f'{a:.2f}' for a in take['waiting_ages_s']) or 'none'} s old; since the "
+                      f"previous take {take['dropped_dead']} dead, {take['dropped_other_key']} for other options, "
+                      f"{take['started']} started")
+        for r in res["session"]:
             if r["profile_error"]:
                 print(f"round {r['round']}: profile failed: {r['profile_error']}")
+                failure = r.get("profile_failure") or {}
+                print(f"  ncu exit code {failure.get('returncode')}; ncu said:\n    "
+                      + "\n    ".join((failure.get("ncu") or "(nothing)").splitlines()))
+                print("  the target's stderr:\n    "
+                      + "\n    ".join((failure.get("target_stderr") or "(nothing)").splitlines()))
         waits = [r["spare_wait_s"] for r in res["session"] if r["spare_wait_s"] is not None]
         later = waits[1:] or waits  # round 0's spare starts with the session
         if waits:

@@ -88,6 +88,25 @@ def test_failed_target_keeps_partial_kernels(h200_plan: MetricPlan) -> None:
     assert r.kernels[0].duration_us == pytest.approx(1.728)
 
 
+def test_failed_target_says_its_own_last_words(h200_plan: MetricPlan) -> None:
+    """ncu's messages go to the same stream as the target's: the target's own lines are its reason, kept whole
+    in the result and its last one in the message; a target that printed nothing is said to have been silent."""
+    ncu_lines = [line for line in read("ncu_raw_failed_target.csv").splitlines() if line.startswith("==")]
+    stderr = "\n".join([ncu_lines[0], "Traceback (most recent call last):", '  File "x.py", line 3, in <module>',
+                        ncu_lines[1], "RuntimeError: CUDA error: an illegal memory access was encountered",
+                        *ncu_lines[2:]])
+    r = interpret_output(read("ncu_raw_failed_target.csv"), stderr, returncode=3, timed_out=False, plan=h200_plan)
+    assert r.error_kind == "target_failed" and "\n" not in r.message
+    assert r.message.endswith("its last words: RuntimeError: CUDA error: an illegal memory access was encountered; "
+                              "1 kernel(s) were profiled before it failed")
+    assert r.target_stderr.splitlines()[0] == "Traceback (most recent call last):" and "==" not in r.target_stderr
+    assert ProfileResult.from_dict(r.to_dict()).target_stderr == r.target_stderr
+    silent = interpret_output(read("ncu_raw_failed_target.csv"), "\n".join(ncu_lines), returncode=3,
+                              timed_out=False, plan=h200_plan)
+    assert "it printed nothing" in silent.message and silent.target_stderr == ""
+    assert "target_stderr" not in silent.to_dict()
+
+
 def test_bad_metric_is_reported_absent_not_dropped() -> None:
     requested = ("gpu__time_duration.sum", "not__a_metric.sum")
     plan = plan_metrics(requested, None)

@@ -63,6 +63,12 @@ def tool_lines(text: str) -> list[str]:
     return [line.rstrip() for line in text.splitlines() if line.startswith("==")]
 
 
+def target_lines(stderr: str) -> list[str]:
+    """What the profiled program itself wrote to stderr (every non-blank line that is not ncu's), in order: a
+    failed target's traceback or its last words."""
+    return [line.rstrip() for line in stderr.splitlines() if line.strip() and not line.startswith("==")]
+
+
 def _is_nvtx_column(name: str) -> bool:
     return "Domain:" in name or "_Range" in name
 

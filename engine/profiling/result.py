@@ -144,6 +144,7 @@ class ProfileResult:
     command: tuple[str, ...] = ()
     returncode: int | None = None
     log_tail: str = ""  # last lines of ncu's own output (==PROF==/==ERROR==) for the user
+    target_stderr: str = ""  # a failed target's own last stderr lines (not ncu's): why it failed
     cached: bool = False  # served from the profile cache (an identical candidate was profiled before)
     worker_phases: dict[str, float] = field(default_factory=dict)  # the profiled worker's own phases (s)
 
@@ -179,6 +180,8 @@ class ProfileResult:
             "log_tail": self.log_tail,
             "cached": self.cached,
         }
+        if self.target_stderr:  # absent from records written before it existed
+            data["target_stderr"] = self.target_stderr
         if self.worker_phases:  # absent from records written before it existed
             data["worker_phases"] = dict(self.worker_phases)
         return data
@@ -202,6 +205,7 @@ class ProfileResult:
             command=tuple(data.get("command") or ()),
             returncode=data.get("returncode"),
             log_tail=data.get("log_tail", ""),
+            target_stderr=data.get("target_stderr", ""),
             cached=bool(data.get("cached", False)),
             worker_phases={str(k): float(v) for k, v in (data.get("worker_phases") or {}).items()},
         )

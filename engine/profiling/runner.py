@@ -42,6 +42,7 @@ from cudaforge.engine.profiling.parser import (
     parse_raw_csv,
     says_no_kernels,
     says_permission_denied,
+    target_lines,
     tool_lines,
 )
 from cudaforge.engine.profiling.result import ErrorKind, ProfileResult
@@ -244,6 +245,9 @@ def _read(path: Path) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+TARGET_STDERR_LINES = 20  # of a failed target's own stderr, kept in its ProfileResult
+
+
 def _one_line(text: str, limit: int = 300) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -327,10 +331,15 @@ def interpret_output(
             what = f"ncu exited with code {returncode}"
             if error_line:
                 what += f": {error_line}"
-        hint = "; evaluate the candidate without profiling to see its error (the worker's stderr has it)"
+        own = target_lines(stderr)
+        if own:
+            hint = f"; its last words: {own[-1]}"
+        else:
+            hint = "; it printed nothing (killed from outside, or it crashed before it could say why)"
         if parsed.kernels:
             hint += f"; {len(parsed.kernels)} kernel(s) were profiled before it failed"
-        return fail("target_failed", _one_line(what + hint), parsed, final)
+        failed = fail("target_failed", _one_line(what + hint), parsed, final)
+        return dataclasses.replace(failed, target_stderr="\n".join(own[-TARGET_STDERR_LINES:]))
     if not parsed.found_header:
         if says_no_kernels(text) or returncode == 0:
             return fail("no_kernels", _no_kernels_message(nvtx_range))
