@@ -224,6 +224,8 @@ def main() -> int:
                       f"{', '.join(f'{a:.2f}' for a in take['waiting_ages_s']) or 'none'} s old; since the "
                       f"previous take {take['dropped_dead']} dead, {take['dropped_other_key']} for other options, "
                       f"{take['started']} started")
+                for death in take.get("deaths") or ():
+                    print(f"  a dead one: {death}")
         for r in res["session"]:
             if r["profile_error"]:
                 print(f"round {r['round']}: profile failed: {r['profile_error']}")

@@ -240,6 +240,34 @@ def test_a_younger_ready_spare_goes_before_an_older_one_still_warming(tmp_path: 
             spare.kill()
 
 
+def test_a_spare_found_dead_says_why_at_the_next_take() -> None:
+    """A spare that dies before any job reaches it leaves no result behind: the take that drops it keeps its
+    supervisor's outcome and its worker's last stderr line (one real sandboxed process that fails at once)."""
+    from cudaforge.engine.evaluation.spare import SparePool, start_spare
+
+    dying = (sys.executable, "-c", "import sys; sys.stderr.write('warm-up failed: no device\\n'); sys.exit(7)")
+
+    def start() -> object:
+        return start_spare(key="k", prefix=dying, python=sys.executable, device="cpu", gpu=0, env={},
+                           phase_limits={}, default_limit_s=60, output_limit_bytes=1 << 20, open_files=256,
+                           warm_limit_s=60)
+
+    pool = SparePool()
+    pool.fill("k", 1, start)
+    (spare,) = pool.spares
+    deadline = time.monotonic() + 30
+    while spare.alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert pool.take("k") is None
+    took = pool.last_take
+    assert took is not None and took.dropped_dead == 1 and len(took.deaths) == 1
+    assert took.deaths[0].startswith("exited (code 7) in phase")
+    assert took.deaths[0].endswith("last stderr line: warm-up failed: no device")
+    assert not spare.workdir.exists()  # dropped: its files are gone, the note is what is left
+    assert pool.take("k") is None
+    assert pool.last_take is not None and pool.last_take.deaths == ()  # a death is told once, at the first take
+
+
 SPARE_TURN = """
 import sys, time
 from cudaforge.engine.gpu.turns import warmup_turn

@@ -573,7 +573,7 @@ class BackgroundReap:
             else:
                 sweep_marker(self.handle.marker)
                 _LIVE_HANDLES.pop(self.handle.proc.pid, None)
-            self.outcome = _read_outcome(self.handle)
+            self.outcome = read_outcome(self.handle)
         finally:
             self.seconds = time.monotonic() - self.started
             with self._lock:
@@ -618,7 +618,7 @@ def _kill_reaping_at_exit() -> None:
         reap.join(max(0.0, deadline - time.monotonic()))
 
 
-def _read_outcome(handle: SandboxHandle) -> ProcessOutcome:
+def read_outcome(handle: SandboxHandle) -> ProcessOutcome:
     """What the (ended) supervisor wrote, or `supervisor_failed` when it wrote nothing."""
     with contextlib.suppress(OSError, ValueError, TypeError):
         return ProcessOutcome(**json.loads(Path(handle.spec.outcome_path).read_text()))
@@ -648,7 +648,7 @@ async def wait_sandboxed(handle: SandboxHandle, poll_s: float = 0.01, *, reporte
         await asyncio.to_thread(kill_sandboxed, handle)
         raise
     _LIVE_HANDLES.pop(handle.proc.pid, None)
-    outcome = _read_outcome(handle)
+    outcome = read_outcome(handle)
     if sweep_marker(handle.marker):
         outcome = ProcessOutcome(**{**outcome.to_dict(), "swept": outcome.swept + 1})
     return outcome, Path(handle.spec.stdout_path), Path(handle.spec.stderr_path)

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaforge.engine.config import GPU_WAIT_S
-from cudaforge.engine.evaluation.sandbox import SandboxHandle, kill_sandboxed, start_sandboxed
+from cudaforge.engine.evaluation.sandbox import SandboxHandle, kill_sandboxed, read_outcome, start_sandboxed
 from cudaforge.engine.evaluation.workdirs import make_workdir
 from cudaforge.engine.fsutil import atomic_write_json
 from cudaforge.engine.gpu.lock import gpu_lock_path
@@ -90,6 +90,20 @@ class Spare:
 
     def forget(self) -> None:
         _LIVE.pop(id(self), None)
+
+    def death(self) -> str:
+        """Why a dead spare died, in one line: its supervisor's outcome (reason, exit code or signal, the phase it
+        was in, after how long) and the last line its worker wrote to stderr. For a spare found dead: a spare
+        that no job ever reached leaves nothing else behind once its files are removed."""
+        outcome = read_outcome(self.handle)
+        how = outcome.signal or (f"code {outcome.returncode}" if outcome.returncode is not None else "no code")
+        words = ""
+        with contextlib.suppress(OSError):
+            lines = [ln.strip() for ln in Path(self.handle.spec.stderr_path).read_text(errors="replace")
+                     .splitlines()[-40:] if ln.strip()]
+            words = f"; last stderr line: {lines[-1][:200]}" if lines else "; no stderr"
+        return (f"{outcome.reason} ({how}) in phase '{outcome.phase or '?'}' after {outcome.seconds:.1f} s"
+                f"{words}")
 
 
 def start_spare(*, key: str, prefix: Sequence[str], python: str, device: str, gpu: int, env: Mapping[str, str],
@@ -143,6 +157,7 @@ class PoolTake:
     taken_ready: bool  # it had said it was ready
     waiting_ages_s: tuple[float, ...] = ()  # the spares left in the pool: seconds since each was started
     started: int = 0  # spares the pool started since the previous take (its refill included)
+    deaths: tuple[str, ...] = ()  # why each spare found dead since the previous take died (Spare.death)
 
 
 class SparePool:
@@ -155,6 +170,7 @@ class SparePool:
         self.last_take: PoolTake | None = None
         # Since the last take: spares dropped dead, dropped for another key, started.
         self._dead_since = self._other_since = self._started_since = 0
+        self._deaths: list[str] = []
 
     @property
     def spares(self) -> tuple[Spare, ...]:
@@ -170,6 +186,9 @@ class SparePool:
             else:
                 self._dead_since += not alive
                 self._other_since += alive
+                if not alive:
+                    with contextlib.suppress(Exception):  # evidence only: never fail a fill or a take
+                        self._deaths.append(spare.death())
                 spare.kill()
         self._spares = keep
 
@@ -187,11 +206,12 @@ class SparePool:
         """The spare for the next job (removed from the pool), or None when no live one for `key` is left."""
         self._prune(key)
         dead, other, started = self._dead_since, self._other_since, self._started_since
+        deaths, self._deaths = tuple(self._deaths), []
         self._dead_since = self._other_since = self._started_since = 0
         live = len(self._spares)
         if not self._spares:
             self.last_take = PoolTake(live=0, dropped_dead=dead, dropped_other_key=other, taken_age_s=None,
-                                      taken_ready=False, started=started)
+                                      taken_ready=False, started=started, deaths=deaths)
             return None
         ready = next((s for s in self._spares if s.ready() is not None), None)
         pick = ready or self._spares[0]
@@ -200,7 +220,7 @@ class SparePool:
         self.last_take = PoolTake(live=live, dropped_dead=dead, dropped_other_key=other,
                                   taken_age_s=round(now - pick.started, 3), taken_ready=ready is not None,
                                   waiting_ages_s=tuple(round(now - s.started, 3) for s in self._spares),
-                                  started=started)
+                                  started=started, deaths=deaths)
         return pick
 
     def clear(self) -> list[Spare]:
