@@ -308,3 +308,43 @@ def test_a_window_being_prepared_keeps_idle_warm_ups_out_until_it_holds_the_gpu(
         if spare is not None and spare.poll() is None:
             spare.kill()
     assert gpu_share._STATE["window_ahead"] is None
+
+
+COUNTERS_TURN = """
+import sys, time
+from cudaforge.engine.gpu.turns import counters_turn
+with counters_turn(sys.argv[1], lambda: False) as turn:
+    began = time.monotonic_ns()
+    time.sleep(0.3)
+    print(turn, began, time.monotonic_ns(), flush=True)
+"""
+
+
+def test_ncu_warm_ups_take_the_counters_one_at_a_time(tmp_path: Path) -> None:
+    """Two ncu-wrapped spares that profile their warm-up kernels at once: ncu fails the second ("a driver
+    resource was unavailable") and kills it. Across real processes, the counters turn is held by one at a
+    time (the recorded spans never overlap), and a spare handed its job while it waits gets no turn and
+    stops waiting (its profile is a writer of the GPU lock, which excludes warm-ups anyway)."""
+    from cudaforge.engine.gpu.turns import counters_turn
+
+    lock = str(tmp_path / "gpu0.lock")
+    procs = [subprocess.Popen([sys.executable, "-c", COUNTERS_TURN, lock], stdout=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    spans = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=60)
+        held, began, ended = out.split()
+        assert held == "True" and proc.returncode == 0
+        spans.append((int(began), int(ended)))
+    spans.sort()
+    for (_, ended), (began, _) in zip(spans, spans[1:], strict=False):
+        assert began >= ended, "two warm-ups held the counters at once"
+    with counters_turn(lock, lambda: False) as mine:
+        assert mine
+        waited = time.monotonic()
+        holder = subprocess.run([sys.executable, "-c", COUNTERS_TURN.replace("lambda: False", "lambda: True"), lock],
+                                capture_output=True, text=True, timeout=60)
+        assert holder.stdout.split()[0] == "False"  # had its job: no turn, no wait
+        assert time.monotonic() - waited < 5
+    with counters_turn(None, lambda: False) as free:
+        assert free  # no lock (the CPU device): nothing to take

@@ -13,6 +13,7 @@ most `max_yield_s`, so a stale file can delay a warm-up, never stop it.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -95,3 +96,39 @@ def warmup_turn(lock_path: str, has_job: Callable[[], bool], *, max_yield_s: flo
         yield time.monotonic() - start
     finally:
         hold.release()
+
+
+def counters_path(lock_path: str | os.PathLike[str]) -> Path:
+    """The GPU's performance-counter turn beside its lock."""
+    return Path(f"{os.fspath(lock_path)}.counters")
+
+
+@contextlib.contextmanager
+def counters_turn(lock_path: str | os.PathLike[str] | None, has_job: Callable[[], bool], *,
+                  poll_s: float = 0.01) -> Iterator[bool]:
+    """The GPU's performance counters, one collector at a time across processes, for an ncu-wrapped spare's
+    warm-up kernel. Two ncu processes that profile a kernel at once make the second fail ("a driver resource
+    was unavailable") and ncu then kills its target: exit code 9, a dead spare (the H100, session 27: one or
+    both of a session's first two profile spares, warming side by side). Their warm-ups hold the GPU lock as
+    readers, which do not exclude each other; this turn does. Yields True with the turn held; False (no turn)
+    once the spare has a job: its profile is a writer of the GPU lock, which no warm-up can overlap."""
+    if not lock_path:
+        yield True
+        return
+    path = counters_path(lock_path)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
+                break
+            except BlockingIOError:
+                if has_job():
+                    held = False
+                    break
+                time.sleep(poll_s)
+        yield held
+    finally:
+        os.close(fd)  # the flock goes with the descriptor

@@ -277,10 +277,17 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
                 # A reader, as the checks' warm-up below: never inside a timed window, and beside other evaluations'
                 # side-by-side work, which measures nothing. The warm-up's metrics are dropped, so it needs no
                 # GPU to itself (as a writer it stalled the next round's correctness by 0.8 s in 3 of 7 H200
-                # latency rounds).
-                with contextlib.suppress(Exception), _gpu_lock(lock_path, job.exists):
-                    step("ncu_lock_wait_s")
-                    _warm_ncu(gpu)
+                # latency rounds). But the counters are one collector's at a time: two spares' warm-ups at once
+                # made ncu kill one (turns.counters_turn), so the warm-ups take their turn first, before the read
+                # hold (a writer waiting meanwhile is not held up by a reader queued behind another warm-up).
+                from cudaforge.engine.gpu.turns import counters_turn
+
+                with counters_turn(lock_path, job.exists) as turn:
+                    step("ncu_counters_wait_s")
+                    if turn:
+                        with contextlib.suppress(Exception), _gpu_lock(lock_path, job.exists):
+                            step("ncu_lock_wait_s")
+                            _warm_ncu(gpu)
                 step("ncu_warm_s")
             if warm_cupti:  # an evaluation's spare (not ncu's)
                 from cudaforge.engine import check_kernels
