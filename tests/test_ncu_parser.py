@@ -107,6 +107,26 @@ def test_failed_target_says_its_own_last_words(h200_plan: MetricPlan) -> None:
     assert "target_stderr" not in silent.to_dict()
 
 
+def test_a_target_ncu_stopped_says_what_ncu_said(h200_plan: MetricPlan) -> None:
+    """ncu's lines when another process held the GPU's counters (two profile spares' warm-ups at once, the
+    H100, session 27): ncu stops the target, which prints nothing; the message carries ncu's reason."""
+    stderr = "\n".join([
+        "==PROF== Connected to process 1459 (/usr/bin/python3.12)",
+        "==ERROR== An error was reported by the driver:",
+        "==ERROR== Profiling failed because a driver resource was unavailable. Ensure that no other tool (like "
+        "DCGM) is concurrently collecting profiling data.",
+        '==ERROR== Failed to profile "cudaforge_ncu_warm" in process 1459',
+        "==PROF== Trying to shutdown target application",
+        "==ERROR== The application returned an error code (9).",
+    ])
+    r = interpret_output("", stderr, returncode=9, timed_out=False, plan=h200_plan)
+    assert r.error_kind == "target_failed" and r.target_stderr == ""
+    assert r.message.startswith("the profiled program exited with code 9 under ncu; it printed nothing")
+    assert "; ncu said: An error was reported by the driver: Profiling failed because a driver resource was " \
+           "unavailable." in r.message
+    assert "error code (9)" not in r.message and r.message.endswith('"cudaforge_ncu_warm" in process 1459')
+
+
 def test_bad_metric_is_reported_absent_not_dropped() -> None:
     requested = ("gpu__time_duration.sum", "not__a_metric.sum")
     plan = plan_metrics(requested, None)

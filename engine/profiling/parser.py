@@ -175,6 +175,13 @@ def says_no_kernels(text: str) -> bool:
     return bool(_NO_KERNELS.search(text))
 
 
+def ncu_errors(text: str) -> list[str]:
+    """ncu's own `==ERROR==` lines without their prefix, in order, less its report of the target's exit code
+    (said separately): why ncu failed or stopped its target (a driver resource taken, say)."""
+    return [line[len("==ERROR==") :].strip() for line in text.splitlines()
+            if line.startswith("==ERROR==") and not _APP_ERROR.match(line)]
+
+
 def first_error_line(text: str) -> str:
     """The first `==ERROR==` line without its prefix (the most specific thing ncu said)."""
     for line in text.splitlines():

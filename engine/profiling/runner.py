@@ -39,6 +39,7 @@ from cudaforge.engine.profiling.parser import (
     ParsedOutput,
     application_exit_code,
     first_error_line,
+    ncu_errors,
     parse_raw_csv,
     says_no_kernels,
     says_permission_denied,
@@ -338,7 +339,10 @@ def interpret_output(
             hint = "; it printed nothing (killed from outside, or it crashed before it could say why)"
         if parsed.kernels:
             hint += f"; {len(parsed.kernels)} kernel(s) were profiled before it failed"
-        failed = fail("target_failed", _one_line(what + hint), parsed, final)
+        said = ncu_errors(text) if app_rc is not None else []
+        if said:  # ncu stopped it (a driver resource taken, say), and said why
+            hint += f"; ncu said: {' '.join(said)}"
+        failed = fail("target_failed", _one_line(what + hint, 600), parsed, final)
         return dataclasses.replace(failed, target_stderr="\n".join(own[-TARGET_STDERR_LINES:]))
     if not parsed.found_header:
         if says_no_kernels(text) or returncode == 0:
