@@ -4,7 +4,8 @@
 
 ROLE is `read` or `write`. It records, in CLOCK_MONOTONIC nanoseconds (one clock for every process on the
 machine), when it asked, when it was admitted (memory) and when it held the lock, when its sync before the
-release ended, and when it released; it writes OUT.json when it asks (so a test can wait for that) and again
+release ended (its last instant under the hold: the flock drops after it), and when the release had returned
+(after the drop, so another process may hold the lock before this stamp); it writes OUT.json when it asks (so a test can wait for that) and again
 at the end. `--sync-s` makes the release's device sync take that long (a stand-in for queued kernels).
 """
 
