@@ -43,7 +43,13 @@ from pathlib import Path
 from typing import Any
 
 from cudaforge.engine.config import GPU_WAIT_S
-from cudaforge.engine.evaluation.sandbox import SandboxHandle, kill_sandboxed, read_outcome, start_sandboxed
+from cudaforge.engine.evaluation.sandbox import (
+    SandboxHandle,
+    kill_sandboxed,
+    read_outcome,
+    start_sandboxed,
+    tail,
+)
 from cudaforge.engine.evaluation.workdirs import make_workdir
 from cudaforge.engine.fsutil import atomic_write_json
 from cudaforge.engine.gpu.lock import gpu_lock_path
@@ -97,11 +103,8 @@ class Spare:
         that no job ever reached leaves nothing else behind once its files are removed."""
         outcome = read_outcome(self.handle)
         how = outcome.signal or (f"code {outcome.returncode}" if outcome.returncode is not None else "no code")
-        words = ""
-        with contextlib.suppress(OSError):
-            lines = [ln.strip() for ln in Path(self.handle.spec.stderr_path).read_text(errors="replace")
-                     .splitlines()[-40:] if ln.strip()]
-            words = f"; last stderr line: {lines[-1][:200]}" if lines else "; no stderr"
+        lines = [ln.strip() for ln in tail(Path(self.handle.spec.stderr_path)).splitlines() if ln.strip()]
+        words = f"; last stderr line: {lines[-1][:200]}" if lines else "; no stderr"
         return (f"{outcome.reason} ({how}) in phase '{outcome.phase or '?'}' after {outcome.seconds:.1f} s"
                 f"{words}")
 

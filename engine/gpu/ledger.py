@@ -23,6 +23,7 @@ from pathlib import Path
 
 from cudaforge.engine.fsutil import atomic_write_json
 from cudaforge.engine.gpu.lock import process_alive, process_start
+from cudaforge.engine.gpu.rwlock import open_lock_file
 
 
 @dataclass(frozen=True)
@@ -42,9 +43,7 @@ def ledger_path(lock_path: str | os.PathLike[str]) -> Path:
 
 @contextlib.contextmanager
 def _guard(lock_path: str | os.PathLike[str]) -> Iterator[None]:
-    guard = Path(f"{os.fspath(lock_path)}.memory.lock")
-    guard.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(guard, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = open_lock_file(Path(f"{os.fspath(lock_path)}.memory.lock"))
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

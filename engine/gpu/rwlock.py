@@ -56,7 +56,8 @@ def writers_path(lock_path: str | os.PathLike[str]) -> Path:
     return Path(f"{os.fspath(lock_path)}.writers")
 
 
-def _open(path: Path) -> int:
+def open_lock_file(path: Path) -> int:
+    """A lock file's descriptor for flock (made, with its private folder, if missing; closed on exec)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
@@ -127,8 +128,8 @@ def acquire(lock_path: str | os.PathLike[str], kind: str) -> Hold:
                            "(a hold is never upgraded)")
     start = time.monotonic()
     log_event("want", kind)
-    turnstile = _open(writers_path(path))
-    main = _open(path)
+    turnstile = open_lock_file(writers_path(path))
+    main = open_lock_file(path)
     try:
         if kind == WRITE:
             _flock(turnstile, fcntl.LOCK_SH)  # from now on no new reader comes in
@@ -159,7 +160,7 @@ def writer_waiting(lock_path: str | os.PathLike[str]) -> bool:
     try. A reader passing through the turnstile for an instant also answers True (a needless yield, never a
     missed one). Costs an open and two non-blocking flocks: readers ask at their step boundaries."""
     try:
-        fd = _open(writers_path(lock_path))
+        fd = open_lock_file(writers_path(lock_path))
     except OSError:
         return False
     try:

@@ -115,9 +115,9 @@ def counters_turn(lock_path: str | os.PathLike[str] | None, has_job: Callable[[]
     if not lock_path:
         yield True
         return
-    path = counters_path(lock_path)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    from cudaforge.engine.gpu.rwlock import open_lock_file
+
+    fd = open_lock_file(counters_path(lock_path))
     try:
         while True:
             try:

@@ -180,11 +180,3 @@ def ncu_errors(text: str) -> list[str]:
     (said separately): why ncu failed or stopped its target (a driver resource taken, say)."""
     return [line[len("==ERROR==") :].strip() for line in text.splitlines()
             if line.startswith("==ERROR==") and not _APP_ERROR.match(line)]
-
-
-def first_error_line(text: str) -> str:
-    """The first `==ERROR==` line without its prefix (the most specific thing ncu said)."""
-    for line in text.splitlines():
-        if line.startswith("==ERROR=="):
-            return line[len("==ERROR==") :].strip()
-    return ""

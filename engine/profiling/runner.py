@@ -38,7 +38,6 @@ from cudaforge.engine.profiling.parser import (
     CsvParseError,
     ParsedOutput,
     application_exit_code,
-    first_error_line,
     ncu_errors,
     parse_raw_csv,
     says_no_kernels,
@@ -324,14 +323,14 @@ def interpret_output(
     parsed = dataclasses.replace(parsed, kernels=kernels[:launch_count] if launch_count else kernels)
     final = finalize_plan(plan, parsed.columns) if parsed.found_header else plan
     app_rc = application_exit_code(text)
-    error_line = first_error_line(text)
+    said = ncu_errors(text)  # ncu's own errors, its report of the target's exit code aside
     if app_rc is not None or (returncode not in (0, None) and not parsed.kernels):
         if app_rc is not None:
             what = f"the profiled program exited with code {app_rc} under ncu"
         else:
             what = f"ncu exited with code {returncode}"
-            if error_line:
-                what += f": {error_line}"
+            if said:
+                what += f": {said[0]}"
         own = target_lines(stderr)
         if own:
             hint = f"; its last words: {own[-1]}"
@@ -339,8 +338,7 @@ def interpret_output(
             hint = "; it printed nothing (killed from outside, or it crashed before it could say why)"
         if parsed.kernels:
             hint += f"; {len(parsed.kernels)} kernel(s) were profiled before it failed"
-        said = ncu_errors(text) if app_rc is not None else []
-        if said:  # ncu stopped it (a driver resource taken, say), and said why
+        if app_rc is not None and said:  # ncu stopped it (a driver resource taken, say), and said why
             hint += f"; ncu said: {' '.join(said)}"
         failed = fail("target_failed", _one_line(what + hint, 600), parsed, final)
         return dataclasses.replace(failed, target_stderr="\n".join(own[-TARGET_STDERR_LINES:]))
@@ -355,8 +353,8 @@ def interpret_output(
         note += f"; {len(final.substitutions)} metric(s) substituted"
     if final.absent:
         note += f"; {len(final.absent)} absent: {', '.join(final.absent)}"
-    if error_line:
-        note += f"; ncu reported: {error_line}"
+    if said:  # the target exited cleanly here: none of them is its exit code
+        note += f"; ncu reported: {said[0]}"
     return ProfileResult(
         ok=True,
         error_kind="none",
