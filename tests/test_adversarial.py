@@ -100,11 +100,15 @@ def test_a_candidate_changing_the_weights_it_shares_is_stopped_before_the_refere
     assert r.correctness is None and r.timing is None, describe(r)
 
 
-def test_pointer_cache_runtime_probe_needs_no_source_clue(cpu_options, honest: EvalResult) -> None:
-    """cache_evasive.py has no static finding; the same-memory probe with sparse new values catches it."""
+@pytest.mark.parametrize("seed", [None, 7042, 8306])
+def test_pointer_cache_runtime_probe_needs_no_source_clue(cpu_options, honest: EvalResult, seed: int | None) -> None:
+    """cache_evasive.py has no static finding; the same-memory probe with sparse new values catches it.
+    At seeds 7042 and 8306 the sparse rounds' former independent masks all changed the one element it
+    validates, and it was accepted (CPU, 2026-12-06; the likely cause of a CI failure): their masks are disjoint now."""
     assert source_findings_of("cache_evasive.py") == set()
-    r = evaluate(cpu_options, "cache_evasive.py")
-    f = next(f for f in r.findings if f.name == "result_cache")
+    r = evaluate(replace(cpu_options, seed=seed), "cache_evasive.py")
+    f = next((f for f in r.findings if f.name == "result_cache"), None)
+    assert f is not None and not r.accepted, describe(r)
     assert f.evidence["probe"] == "same_memory_sparse" and f.evidence["stale"], describe(r)
 
 

@@ -7,7 +7,12 @@ from typing import Any
 
 import pytest
 import torch
-from cudaforge.engine.integrity.outputs import check_cache_reuse, check_constant_output
+from cudaforge.engine.integrity.outputs import (
+    SPARSE_ROUNDS,
+    _mix_in_place,
+    check_cache_reuse,
+    check_constant_output,
+)
 from cudaforge.engine.results import Finding
 
 TOL = {"atol": 1e-4, "rtol": 1e-4}
@@ -73,20 +78,74 @@ def test_probe_writes_through_data_without_bumping_the_version_counter() -> None
     assert x._version == before and bool((x == 1).all())
 
 
-def test_sample_validated_cache_is_caught_by_the_sparse_probe() -> None:
-    memo: dict[int, tuple[float, torch.Tensor]] = {}
+
+
+def one_sample_cache(position: int, ref: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
+    """A result cache keyed on the first input's address and validated by one element at `position`."""
+    memo: dict[int, tuple[float, Any]] = {}
 
     def cand(inp: list[Any]) -> Any:
         x = inp[0]
-        key, sample = x.data_ptr(), float(x.reshape(-1)[0])
+        key, sample = x.data_ptr(), float(x.reshape(-1)[position])
         hit = memo.get(key)
         if hit is not None and hit[0] == sample:
             return hit[1]
-        y = reference(inp)
+        y = ref(inp)
         memo[key] = (sample, y)
         return y
 
-    f = probe(cand)["result_cache"]
+    return cand
+
+
+# Probe seeds (job seed + 20 000) whose three independently drawn masks all changed element 0 of a
+# 64x256 input: the adversarial suite's cache_evasive.py was accepted at them (CPU, 2026-12-06).
+ESCAPED_INDEPENDENT_MASKS = (27_042, 28_306, 33_709)
+
+
+def test_one_sample_cache_is_caught_at_every_seed() -> None:
+    """The sparse rounds' masks are disjoint: a cache validated by one element is caught whatever the seed,
+    including the seeds where independent masks let it through, and wherever its sample lies."""
+    def one_input(seed: int) -> list[Any]:
+        return [torch.randn(64, 256, generator=torch.Generator().manual_seed(seed))]
+
+    def ref(inputs: list[Any]) -> Any:
+        return torch.relu(inputs[0]) * 2.0
+
+    seeds = ESCAPED_INDEPENDENT_MASKS + tuple(range(40_000, 40_060))
+    for seed in seeds:
+        for position in (0, 64 * 256 - 1, 5_000):
+            found = check_cache_reuse(one_sample_cache(position, ref), ref, one_input, **TOL, seed=seed,
+                                      fresh_beside=LAYOUT["fresh_beside"])
+            assert [(f.name, f.evidence["probe"]) for f in found] == [("result_cache", "same_memory_sparse")], \
+                (seed, position)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "tiny"])
+def test_sparse_rounds_change_disjoint_elements(layout: str) -> None:
+    """Each round of _mix_in_place changes about `fraction` of the elements, at least one, and no two
+    rounds share more than the single moving element each adds (independent masks shared about n/256)."""
+    shape = {"contiguous": (64, 256), "transposed": (256, 64), "tiny": (8,)}[layout]
+    m = torch.arange(float(torch.Size(shape).numel())).reshape(shape)
+    if layout == "transposed":
+        m = m.t()
+        assert not m.is_contiguous()
+    gen = torch.Generator().manual_seed(7)
+    changed: list[set[int]] = []
+    for band in range(SPARSE_ROUNDS):
+        before = m.clone()
+        _mix_in_place(m, 123, band, gen, 1 / 16)
+        changed.append(set((m != before).reshape(-1).nonzero().reshape(-1).tolist()))
+    n = m.numel()
+    for band, positions in enumerate(changed):
+        assert positions, band
+        if n >= 1024:
+            assert n / 16 * 0.8 < len(positions) < n / 16 * 1.2, (band, len(positions))
+        for other in changed[band + 1:]:
+            assert len(positions & other) <= 2, (band, sorted(positions & other)[:8])
+
+
+def test_sample_validated_cache_is_caught_by_the_sparse_probe() -> None:
+    f = probe(one_sample_cache(0, reference))["result_cache"]
     assert f.evidence["probe"] == "same_memory_sparse"
 
 
