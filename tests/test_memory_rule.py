@@ -121,7 +121,7 @@ def test_weight_dominated_evaluation_peaks_within_the_rule(cpu_options: EvalOpti
     # the fingerprints' cost is its own sub-phase wherever the candidate is called
     assert {"correctness.shared_weights", "cache_probes.shared_weights"} <= set(result.phases), result.phases
     # and the cache probes say where their own seconds went, step by step
-    probe_steps = {f"cache_probes.{step}" for step in ("draw", "reference", "fingerprint", "spreads", "park",
+    probe_steps = {f"cache_probes.{step}" for step in ("draw", "mix", "reference", "fingerprint", "spreads", "park",
                                                        "candidate", "compare")}
     assert probe_steps <= set(result.phases), result.phases
     assert sum(result.phases[k] for k in probe_steps) <= result.phases["cache_probes"] + 0.05, result.phases

@@ -332,7 +332,8 @@ def check_cache_reuse(
     valid draws 2 and 4; warn for the sparse mix 3, which may break a task's input invariants). A float
     output that is one repeated value where the reference varies is `constant_output` (fail).
     Exceptions raised by the callables propagate (the worker classifies them). `part(name)` times the probes'
-    steps (the worker's sub-phases: draw, snapshot, reference, fingerprint, spreads, park, candidate, compare).
+    steps (the worker's sub-phases: draw, snapshot, mix, reference, fingerprint, spreads, park, candidate,
+    compare).
     """
     import torch
     from cudaforge.engine.observe import checkpoint, fingerprints
@@ -447,7 +448,7 @@ def check_cache_reuse(
             if not ok:
                 break
             changed = False
-            with torch.no_grad():
+            with torch.no_grad(), part("mix"):
                 for m in work:
                     if isinstance(m, torch.Tensor) and m.is_floating_point() and m.numel() > 1:
                         key = str(m.device)
