@@ -54,8 +54,8 @@ def _mix_in_place(m: Any, seed: int, band: int, gen: Any, fraction: float) -> No
     moves one position per round, so an element changes in at most two of the SPARSE_ROUNDS rounds. A
     cache validated by one sampled element therefore sees it unchanged in at least one round while other
     values changed, and returns its stale result: with masks drawn independently it escaped all three
-    rounds with probability about (1/16)^3 (seeds where it did, CPU, 2026-12-06: the adversarial suite's
-    cache_evasive.py accepted at 1.08-1.61x). The roll offsets come from `gen` (masks and offsets
+    rounds with probability about (1/16)^3 (at three such seeds the adversarial suite's cache_evasive.py
+    was accepted, 1.1-1.7x faster than eager: bench/results/2026-12-06-s29-cache-evasive-seeds.log). The roll offsets come from `gen` (masks and offsets
     drawn on the host took seconds per probe of an 8 GiB input on the GPU machine)."""
     import torch
 
