@@ -12,7 +12,7 @@ from pathlib import Path
 
 from cudaforge.engine.candidate import Candidate, check_candidate_source
 from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator
-from cudaforge.engine.results import EvalResult
+from cudaforge.engine.results import EvalResult, Finding
 from cudaforge.engine.task import load_task
 
 ADV = Path(__file__).parent / "adversarial"
@@ -60,6 +60,13 @@ def describe(result: EvalResult) -> str:
     found = ", ".join(f"{f.name}:{f.severity}" for f in result.findings) or "none"
     return (f"outcome={result.outcome} message={result.message!r} findings=[{found}]\n"
             f"{result.traceback[-1500:]}\n{result.stderr_tail[-1500:]}")
+
+
+def the_finding(result: EvalResult, name: str) -> Finding:
+    """The result's finding called `name`; where there is none, an assertion that describes the result."""
+    found = next((f for f in result.findings if f.name == name), None)
+    assert found is not None, f"no {name} finding: {describe(result)}"
+    return found
 
 
 def source_findings_of(name: str) -> set[str]:

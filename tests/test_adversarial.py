@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from adversarial_kit import ADV, TASK, TINY_TASK, describe, evaluate, names, source_findings_of
+from adversarial_kit import ADV, TASK, TINY_TASK, describe, evaluate, names, source_findings_of, the_finding
 from cudaforge.engine.results import EvalResult
 
 # candidate -> (task, expected outcome, findings that must be present with severity fail, warn findings)
@@ -95,7 +95,7 @@ def test_a_candidate_changing_the_weights_it_shares_is_stopped_before_the_refere
     r = evaluate(cpu_options, "zeroes_shared_bias.py")
     assert r.outcome == "integrity_failure" and not r.accepted, describe(r)
     assert "weights_mutation" in names(r, "fail") and r.message.startswith("integrity:"), describe(r)
-    f = next(f for f in r.findings if f.name == "weights_mutation")
+    f = the_finding(r, "weights_mutation")
     assert f.evidence["tensors"] == ["bias"] and f.evidence["where"] == "ModelNew.forward", describe(r)
     assert r.correctness is None and r.timing is None, describe(r)
 
@@ -107,8 +107,8 @@ def test_pointer_cache_runtime_probe_needs_no_source_clue(cpu_options, honest: E
     validates, and it was accepted (CPU, 2026-12-06; the likely cause of a CI failure): their masks are disjoint now."""
     assert source_findings_of("cache_evasive.py") == set()
     r = evaluate(replace(cpu_options, seed=seed), "cache_evasive.py")
-    f = next((f for f in r.findings if f.name == "result_cache"), None)
-    assert f is not None and not r.accepted, describe(r)
+    f = the_finding(r, "result_cache")
+    assert not r.accepted, describe(r)
     assert f.evidence["probe"] == "same_memory_sparse" and f.evidence["stale"], describe(r)
 
 
@@ -122,14 +122,14 @@ def test_partial_kernel_fails_only_on_the_shifted_distribution(cpu_options, hone
 
 def test_precision_downgrade_names_the_construct(cpu_options, honest: EvalResult) -> None:
     r = evaluate(cpu_options, "precision_bf16.py")
-    f = next(f for f in r.findings if f.name == "precision_downgrade")
+    f = the_finding(r, "precision_downgrade")
     assert "torch.bfloat16" in f.evidence["locations"][0]["construct"]
     assert r.correctness is not None and r.correctness.outputs[0].max_abs_err > 1e-3  # what it costs
 
 
 def test_timer_patch_names_the_replaced_function(cpu_options, honest: EvalResult) -> None:
     r = evaluate(cpu_options, "timer_patch.py")
-    f = next(f for f in r.findings if f.name == "harness_tampering")
+    f = the_finding(r, "harness_tampering")
     assert "time.perf_counter" in f.evidence["replaced"]
 
 
@@ -158,14 +158,14 @@ def test_candidate_keeping_a_library_op_is_not_pytorch_fallback(cpu_options, hon
 
 def test_token_kernel_evidence_names_the_covered_ops(cpu_options, honest: EvalResult) -> None:
     r = evaluate(cpu_options, "token_kernel.py")
-    f = next(f for f in r.findings if f.name == "pytorch_fallback")
+    f = the_finding(r, "pytorch_fallback")
     assert f.evidence["measured"] == "aten ops" and "aten::mul" in f.evidence["kernels"], describe(r)
     assert f.evidence["unit"] == "input_elements" and f.evidence["covered"] >= f.evidence["reference_total"]
 
 
 def test_ctypes_clock_patch_is_caught_by_the_independent_clock(cpu_options, honest: EvalResult) -> None:
     r = evaluate(cpu_options, "ctypes_clock.py")
-    f = next(f for f in r.findings if f.name == "harness_tampering")
+    f = the_finding(r, "harness_tampering")
     clocks = f.evidence["clocks"]["candidate"]
     assert clocks["timer_s"] < clocks["monotonic_s"] / 2, describe(r)
 
@@ -174,7 +174,7 @@ def test_indirect_tf32_flip_is_seen_at_run_time_and_undone(cpu_options, honest: 
     """No static clue; the run-time check names the flag, the call and restores it after each call."""
     assert source_findings_of("tf32_indirect.py") == set()
     r = evaluate(cpu_options, "tf32_indirect.py")
-    f = next(f for f in r.findings if f.name == "precision_flags")
+    f = the_finding(r, "precision_flags")
     flags = {c["flag"] for c in f.evidence["changes"]}
     assert "torch.backends.cuda.matmul.allow_tf32" in flags and f.evidence["calls"] >= 2, describe(r)
     assert f.evidence["changes"][0]["where"] == "ModelNew.forward" and f.evidence["changes"][0]["after"] is True
@@ -185,7 +185,7 @@ def test_evasive_forged_result_fails_the_consistency_check(cpu_options, honest: 
     assert "result_forgery" not in source_findings_of("forges_result_evasive.py")
     r = evaluate(cpu_options, "forges_result_evasive.py")
     assert r.outcome == "integrity_failure" and not r.accepted, describe(r)
-    f = next(f for f in r.findings if f.name == "result_forgery")
+    f = the_finding(r, "result_forgery")
     assert "correctness" in f.evidence["missing"]
 
 
@@ -214,7 +214,7 @@ def test_content_cache_never_hits_while_timed(cpu_options, honest: EvalResult) -
 def test_shape_specialized_candidate_is_warned_and_policy_can_fail_it(cpu_options, honest: EvalResult) -> None:
     r = evaluate(cpu_options, "shape_fixed.py")
     assert r.outcome == "ok" and names(r, "warn") == {"shape_specialized"}, describe(r)
-    f = next(f for f in r.findings if f.name == "shape_specialized")
+    f = the_finding(r, "shape_specialized")
     assert f.evidence["changed"] == {"COLS": [256, 129], "ROWS": [64, 63]}
     assert "COLS=129" in f.message and "ROWS=63" in f.message
     strict = evaluate(replace(cpu_options, integrity_policy={"shape_specialized": "fail"}), "shape_fixed.py")
@@ -231,7 +231,7 @@ def test_shape_check_runs_on_tuple_and_lower_case_size_styles(cpu_options, hones
     found and it is flagged; the honest kernel passes there without a shape_check_skipped note."""
     r = evaluate(cpu_options, "shape_fixed.py", ADV / task)
     assert r.outcome == "ok" and names(r, "warn") == {"shape_specialized"}, describe(r)
-    assert next(f for f in r.findings if f.name == "shape_specialized").evidence["changed"] == changed
+    assert the_finding(r, "shape_specialized").evidence["changed"] == changed
     ok = evaluate(cpu_options, "honest.py", ADV / task)
     assert ok.outcome == "ok" and "shape_check_skipped" not in names(ok) and names(ok, "warn") == set(), describe(ok)
 
