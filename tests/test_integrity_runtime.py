@@ -78,8 +78,6 @@ def test_probe_writes_through_data_without_bumping_the_version_counter() -> None
     assert x._version == before and bool((x == 1).all())
 
 
-
-
 def one_sample_cache(position: int, ref: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
     """A result cache keyed on the first input's address and validated by one element at `position`."""
     memo: dict[int, tuple[float, Any]] = {}

@@ -16,6 +16,7 @@ from cudaforge.engine.integrity.registry import finding
 from cudaforge.engine.integrity.runtime import flip_in_place
 from cudaforge.engine.observe import (
     common_order,
+    coordinates,
     flat_view,
     paired_pieces,
     slice_elements,
@@ -55,8 +56,9 @@ def _mix_in_place(m: Any, seed: int, band: int, gen: Any, fraction: float) -> No
     cache validated by one sampled element therefore sees it unchanged in at least one round while other
     values changed, and returns its stale result: with masks drawn independently it escaped all three
     rounds with probability about (1/16)^3 (at three such seeds the adversarial suite's cache_evasive.py
-    was accepted, 1.1-1.7x faster than eager: bench/results/2026-12-06-s29-cache-evasive-seeds.log). The roll offsets come from `gen` (masks and offsets
-    drawn on the host took seconds per probe of an 8 GiB input on the GPU machine)."""
+    was accepted, 1.1-1.7x faster than eager: bench/results/2026-12-06-s29-cache-evasive-seeds.log).
+    The roll offsets come from `gen`, seeded apart from the masks (masks and offsets drawn on the host took
+    seconds per probe of an 8 GiB input on the GPU machine)."""
     import torch
 
     n_all = m.numel()
@@ -81,22 +83,14 @@ def _mix_in_place(m: Any, seed: int, band: int, gen: Any, fraction: float) -> No
             shift = 1 + min(n - 2, int(u * (n - 1)))  # in 1..n-1
             part.copy_(torch.where(mask, part.roll(shift), part))
             del mask
-    flat = m.view(-1) if m.is_contiguous() else None
     i = (int(torch.randint(n_all, (1,), generator=bands, device=m.device)) + band) % n_all
     j = (i + 1 + int(torch.randint(n_all - 1, (1,), generator=gen, device=m.device))) % n_all
-    if flat is not None:
+    if m.is_contiguous():
+        flat = m.view(-1)
         flat[i] = flat[j].clone()
     else:
-        m[_coordinates(i, m.shape)] = m[_coordinates(j, m.shape)].clone()
-
-
-def _coordinates(index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The coordinates of the `index`-th element in row-major order (plain ints: no index tensor)."""
-    out = []
-    for size in reversed(shape):
-        index, k = divmod(index, size)
-        out.append(k)
-    return tuple(reversed(out))
+        at_i, at_j = coordinates([i, j], m.shape, tuple(range(m.dim())))  # row-major: i and j as counted
+        m[at_i] = m[at_j].clone()
 
 
 OFFSET_BYTES = 4096  # where new_memory's tensors start in memory they may share with the freed inputs'
@@ -453,7 +447,8 @@ def check_cache_reuse(
                     if isinstance(m, torch.Tensor) and m.is_floating_point() and m.numel() > 1:
                         key = str(m.device)
                         if key not in gens:
-                            gens[key] = torch.Generator(device=m.device).manual_seed(seed)
+                            # the offsets' stream: not the masks' seed, so no offset repeats a mask draw
+                            gens[key] = torch.Generator(device=m.device).manual_seed(seed + 1)
                         _mix_in_place(m.data, seed, band, gens[key], sparse_fraction)  # .data: the version stays
                         changed = True
             m = None  # the loop's name would keep the last input alive
