@@ -24,13 +24,14 @@ finished evaluation's release grew from 0.08 s to 0.4-0.6 s a hold when the tria
 allocator cache, sessions 18-22, and nothing showed it), and the releases that overlapped a context
 creation against those that did not (creations slow other processes' frees, session 25).
 
-    python bench/lock_timeline.py LOCKLOG [--json OUT] [--top 12]
+    python bench/lock_timeline.py LOCKLOG [--json OUT] [--top 12]     # LOCKLOG may be gzipped (.gz), as committed
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import gzip
 import json
 import statistics
 import sys
@@ -48,8 +49,12 @@ class LockEvent:
 
 
 def read_log(path: Path) -> list[LockEvent]:
+    """The log's events in time order; a `.gz` log (how bench/results keeps them) is read through gzip."""
+    raw = path.read_bytes()
+    if path.suffix == ".gz":
+        raw = gzip.decompress(raw)
     events = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in raw.decode("utf-8", errors="replace").splitlines():
         parts = line.split()
         if len(parts) != 5:
             continue
@@ -301,7 +306,11 @@ def main(argv: list[str] | None = None) -> int:
     if not path.is_file():
         print(f"lock_timeline: {path}: no such file (was CUDAFORGE_LOCK_LOG set for the run?)", file=sys.stderr)
         return 2
-    t = timeline(read_log(path))
+    events = read_log(path)
+    if not events:  # all zeros would read as a sweep with no drain
+        print(f"lock_timeline: {path}: no lock events (expected lines 'time pid event kind step')", file=sys.stderr)
+        return 2
+    t = timeline(events)
     # The full timeline ends with the brief line too, so bench/gpu_check.sh reads the log once for both.
     print(brief(t) if args.brief else f"{format_timeline(t, args.top)}\n\n{BRIEF_LABEL}{brief(t)}")
     if args.json:

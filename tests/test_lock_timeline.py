@@ -3,6 +3,7 @@ bench/lock_timeline.py makes of it: drains attributed to the reader step that he
 
 from __future__ import annotations
 
+import gzip
 import os
 import subprocess
 import sys
@@ -167,3 +168,23 @@ def test_brief_line_for_the_key_figures_table(tmp_path: Path, capsys) -> None:  
     assert line == "drain 0.5 s, exclusive 0.5 s of 2.0 s; releases 1.50 s median; 1 of 1 context creations in a window"
     assert main([str(log)]) == 0  # the full timeline ends with the same line, read from there by gpu_check.sh
     assert capsys.readouterr().out.strip().splitlines()[-1] == "in brief: " + line
+
+
+def test_a_gzipped_log_reads_as_the_plain_one_and_a_log_without_events_is_refused(
+        tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """bench/results keeps the lock logs gzipped: they read as the plain file does. A log with no lock event
+    (a wrong file, an empty log) is an error, not a timeline of zeros that reads as a sweep without a drain."""
+    lines = "\n".join(f"{t} {pid} {event} {kind} {step}" for t, pid, event, kind, step in [
+        (0.0, 1, "got", "read", "shapes"), (1.0, 2, "want", "write", "timing_wait"),
+        (1.5, 1, "drop", "read", "done.release"), (1.5, 2, "got", "write", "timing_wait"),
+        (2.0, 2, "drop", "write", "timing")]) + "\n"
+    plain, packed = tmp_path / "lock.log", tmp_path / "lock.log.gz"
+    plain.write_text(lines)
+    packed.write_bytes(gzip.compress(lines.encode()))
+    assert read_log(packed) == read_log(plain) != []
+    assert main([str(packed), "--brief"]) == 0
+    assert capsys.readouterr().out.strip().startswith("drain 0.5 s, exclusive 0.5 s of 2.0 s")
+    empty = tmp_path / "empty.log.gz"
+    empty.write_bytes(gzip.compress(b"not a lock log\n"))
+    assert main([str(empty), "--brief"]) == 2
+    assert "no lock events" in capsys.readouterr().err
