@@ -33,8 +33,7 @@
 #                    The evaluations of parallel tests share the GPU through the same lock as any of ours.
 # Steps that drive a session or the workbench need textual/openai/anthropic/tomlkit/pydantic: where they are
 # not importable, the wheels in .whl/ (carried; bench/device_wheels.py fills it) are installed into /tmp/site for
-# those steps only. The engine-only
-# steps run without them, which also shows the engine's GPU path does not need them.
+# those steps only. The engine-only steps run without them, which also shows the engine's GPU path does not need them.
 # Exit: 0 every step ok, 1 a step failed or ran out of time, 2 unknown step, 3 cudaforge could not be installed.
 set -u
 cd "$(dirname "$0")/.." || exit 3

@@ -1,5 +1,6 @@
 """bench/device_wheels.py: the wheels carried to the GPU machine are the installed closure of the workbench's
-needs, marker-evaluated for that machine (CPython 3.12, Linux x86-64), with no extras. No download here."""
+needs, marker-evaluated for that machine (CPython 3.12, Linux x86-64), with an extra only where a requirement
+asks for it. No download here."""
 
 from __future__ import annotations
 
