@@ -121,11 +121,14 @@ fi
   "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available())"
 } 2>&1 | tee "$OUT/machine.txt"
 
+# What the session and workbench steps import; bench/device_wheels.py ROOTS fills .whl/ with the same (a CI test
+# keeps the two equal).
+SESSION_IMPORTS="import textual, openai, anthropic, tomlkit, pydantic"
 WHEEL_PATH=""
 WHEELS=""  # "" not tried, "ok" importable (PYTHONPATH set for the steps that need them), "missing"
 wheels() {
     [ -n "$WHEELS" ] && { [ "$WHEELS" = ok ]; return; }
-    if "$PY" -c "import textual, openai, anthropic, tomlkit, pydantic" 2>/dev/null; then
+    if "$PY" -c "$SESSION_IMPORTS" 2>/dev/null; then
         WHEELS=ok; WHEEL_PATH=${PYTHONPATH:-}; return 0
     fi
     WHEELS=missing
@@ -133,7 +136,7 @@ wheels() {
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
         > "$OUT/wheels.txt" 2>&1 || return 1
     WHEEL_PATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
-    PYTHONPATH=$WHEEL_PATH "$PY" -c "import textual, openai, anthropic, tomlkit, pydantic" 2>>"$OUT/wheels.txt" || return 1
+    PYTHONPATH=$WHEEL_PATH "$PY" -c "$SESSION_IMPORTS" 2>>"$OUT/wheels.txt" || return 1
     WHEELS=ok
 }
 

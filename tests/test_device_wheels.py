@@ -42,3 +42,13 @@ def test_list_prints_the_pins(capsys) -> None:  # type: ignore[no-untyped-def]
     assert main(["--list"]) == 0
     lines = capsys.readouterr().out.split()
     assert f"pydantic=={md.version('pydantic')}" in lines and len(lines) == len(closure())
+
+
+def test_gpu_check_imports_exactly_the_roots_it_is_sent_wheels_for() -> None:
+    """gpu_check.sh (shell, on the GPU machine) tests for the packages whose wheels this script fills .whl/ with;
+    the two lists cannot share code, so a change to one without the other fails here."""
+    script = (Path(__file__).resolve().parent.parent / "bench" / "gpu_check.sh").read_text()
+    lines = [line for line in script.splitlines() if line.startswith("SESSION_IMPORTS=")]
+    assert len(lines) == 1, lines
+    imported = lines[0].split('"')[1].removeprefix("import ").split(", ")
+    assert sorted(imported) == sorted(ROOTS)
