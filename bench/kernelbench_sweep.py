@@ -328,7 +328,7 @@ async def memory_budget(options: Any, jobs: int, spares_per_slot: int) -> int | 
     if options.device != "cuda":
         return None
     from cudaforge.engine.evaluation.fit import card_free_bytes
-    from cudaforge.engine.worker.pipeline import CONTEXT_BYTES
+    from cudaforge.engine.gpu.lock import CONTEXT_BYTES
 
     free = await asyncio.to_thread(card_free_bytes, options.gpu)
     return None if free is None else free - CONTEXT_BYTES * jobs * (1 + spares_per_slot)

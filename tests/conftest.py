@@ -87,3 +87,14 @@ def gpu_options(cache_dir: Path):  # -> EvalOptions
                 "l2_flush": True, "baselines": ["eager"]},
         result_cache=False,
     )
+
+
+@pytest.fixture
+def no_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process sees no NVML (engine/gpu/nvml.py), as on a machine without the driver: device listings
+    come from nvidia-smi (a script on PATH in the tests that use this)."""
+    from cudaforge.engine.gpu import nvml
+
+    monkeypatch.setitem(nvml._STATE, "pid", os.getpid())
+    monkeypatch.setitem(nvml._STATE, "library", None)
+    monkeypatch.setitem(nvml._STATE, "handles", {})

@@ -242,8 +242,8 @@ def test_our_workers_are_told_apart_by_the_sandbox_marker() -> None:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
-def test_memory_our_other_workers_hold_counts_as_free_for_the_fit_check(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_memory_our_other_workers_hold_counts_as_free_for_the_fit_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                        no_nvml: None) -> None:
     """A batch runs sessions side by side: the memory another session's worker holds now is freed before
     it gives the GPU lock up, so the fit check counts it as free; a foreign process's memory is not.
     nvidia-smi is a script here (CI has no GPU) that answers both queries the fit check makes."""

@@ -42,17 +42,23 @@ class FitCheck:
 
 
 def card_free_bytes(gpu: int) -> int | None:
-    """Memory of CUDA device `gpu` free for an evaluation, from nvidia-smi: free now plus what our own workers
-    hold (None when nvidia-smi is missing or fails)."""
-    from cudaforge.engine.gpu.lock import cudaforge_gpu_bytes
+    """Memory of CUDA device `gpu` free for an evaluation, without a CUDA context in this process: free now
+    (NVML, else nvidia-smi) plus what our own workers hold, read as of one moment (lock.card_share); None
+    when neither can tell."""
+    from cudaforge.engine.gpu import nvml
+    from cudaforge.engine.gpu.lock import card_share
     from cudaforge.engine.gpu.specs import query_nvidia_smi
 
-    props = query_nvidia_smi(gpu)
-    free = props.get("free_memory") if props else None
-    if free is None:
-        return None
+    def free() -> int | None:
+        now = nvml.free_bytes(gpu)
+        if now is not None:
+            return now
+        props = query_nvidia_smi(gpu)
+        return props.get("free_memory") if props else None
+
     # Our own workers (another session of a batch, say) free theirs before they give the GPU lock up.
-    return int(free) + cudaforge_gpu_bytes(gpu)
+    share = card_share(gpu, free)
+    return share.free_with_ours if share is not None else None
 
 
 async def task_footprint(task_path: str | Path, *, python: str, seed: int = 42, precision: str = "fp32",

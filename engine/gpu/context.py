@@ -10,15 +10,27 @@ the first kernels and allocations, is device work and runs under a read hold.
 
 from __future__ import annotations
 
+from typing import Any
 
-def open_context(gpu: int) -> None:
+CONTEXT_ADMISSION_TIMEOUT_S = 60.0  # then the context is made anyway, as before admissions existed
+
+
+def open_context(gpu: int, lock_path: str | None = None) -> None:
     """Create (or take) this process's primary context on `gpu` and make that device current, launching
     nothing and allocating nothing through PyTorch's allocator: `cudaDeviceSynchronize` initializes the
-    runtime's context on the current device and, with nothing queued, returns at once."""
+    runtime's context on the current device and, with nothing queued, returns at once.
+
+    With `lock_path`, a context that is not there yet is first admitted by memory (engine/gpu/ledger.py):
+    the budget that admits our evaluations sets aside a context for each of our processes it sees, so one
+    made after another evaluation's admission would take memory promised to it. On the H200 sweep of
+    session 33 eight spares made theirs (5 GiB) just after the first eight evaluations were admitted, and
+    one of those ran out of memory inside its reservation. The context's reservation goes once it exists:
+    from then on the budget sees it."""
     import torch
     from cudaforge.engine.gpu.rwlock import log_event
 
     made = not torch.cuda.is_initialized()  # else the context exists: nothing to show
+    admitted = _admit_context(gpu, lock_path) if made and lock_path else None
     if made:  # no hold, but the lock log shows what a creation overlapped (bench/lock_timeline.py)
         log_event("begin", "context")
     try:
@@ -27,6 +39,29 @@ def open_context(gpu: int) -> None:
     finally:
         if made:
             log_event("end", "context")
+        if admitted is not None:
+            admitted.release()
+
+
+def _admit_context(gpu: int, lock_path: str) -> Any:
+    """A ledger reservation of one context's bytes beside our evaluations', read through NVML (this process
+    has no CUDA context to ask yet); None where NVML cannot say or admission took too long."""
+    from cudaforge.engine.gpu import nvml
+    from cudaforge.engine.gpu.ledger import reserve
+    from cudaforge.engine.gpu.lock import CONTEXT_BYTES, card_share
+
+    def free() -> int | None:
+        return nvml.free_bytes(gpu)
+
+    if free() is None:
+        return None
+
+    def budget() -> int:
+        share = card_share(gpu, free)
+        return share.budget() if share is not None else 0
+
+    return reserve(lock_path, CONTEXT_BYTES, budget, label="context", poll_s=0.05,
+                   timeout_s=CONTEXT_ADMISSION_TIMEOUT_S)
 
 
 def context_is_current() -> bool:

@@ -7,9 +7,11 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
+from cudaforge.engine.gpu.specs import smi_device_selector
 from cudaforge.engine.procstat import read_stat
 
 # Every sandboxed process (engine/evaluation/sandbox.py) carries this variable: how our GPU processes are told
@@ -101,24 +103,75 @@ def _compute_apps(gpu: int) -> list[dict[str, object]]:
         return []
     try:
         out = subprocess.run([exe, "--query-compute-apps=pid,used_memory,process_name", "--format=csv,noheader,nounits",
-                              "-i", str(gpu)], capture_output=True, text=True, timeout=5, check=False).stdout
+                              "-i", smi_device_selector(gpu)], capture_output=True, text=True, timeout=5, check=False).stdout
     except (OSError, subprocess.TimeoutExpired):
         return []
     return parse_compute_apps(out)
 
 
-def cudaforge_gpu_usage(gpu: int) -> list[int]:
-    """Device memory (bytes) of each of this user's other cudaforge workers and spares on `gpu` (empty when
-    nvidia-smi cannot tell)."""
+def process_usage(gpu: int) -> dict[int, int]:
+    """pid -> device bytes of every compute process on `gpu`: from NVML in-process (microseconds), else from
+    nvidia-smi (empty when neither can tell; a process whose usage is not reported counts 0)."""
+    from cudaforge.engine.gpu import nvml
+
+    rows = nvml.compute_processes(gpu)
+    if rows is not None:
+        return {pid: int(used or 0) for pid, used in rows.items()}
+    return {int(row["pid"]): int(row["memory_mib"] or 0) << 20  # type: ignore[call-overload]
+            for row in _compute_apps(gpu)}
+
+
+CONTEXT_BYTES = 768 << 20  # one CUDA context (+ its module images) of each of our processes on the card
+
+
+@dataclass(frozen=True)
+class CardShare:
+    """The card's free memory and what our other processes hold on it, read as of one moment."""
+
+    free_bytes: int
+    ours: tuple[tuple[int, int], ...]  # (pid, bytes) of our other processes both listings saw: the smaller reading
+    our_processes: int  # our other processes either listing saw (each holds a CUDA context)
+
+    @property
+    def free_with_ours(self) -> int:
+        """Free memory plus what our other processes hold (they free it before they let the GPU go)."""
+        return self.free_bytes + sum(used for _, used in self.ours)
+
+    def budget(self) -> int:
+        """The bytes our processes may reserve together in the memory ledger (engine/gpu/ledger.py): the free
+        memory plus what our other processes hold (their reservations count instead), less one context
+        for each of them (a context that is not there yet is reserved by its own process: context.py)."""
+        return self.free_with_ours - CONTEXT_BYTES * self.our_processes
+
+    def held_by(self, pid: int) -> int | None:
+        """What one of our other processes counts as holding, None where it is not counted."""
+        return next((used for p, used in self.ours if p == pid), None)
+
+
+def card_share(gpu: int, read_free: Callable[[], int | None]) -> CardShare | None:
+    """`read_free()` (the card's free memory) between two listings of our other processes' usage; None when
+    it cannot say. A process's usage counts as the smaller of its two readings: an allocation made between
+    a listing and the free reading is then never counted twice (once in the free memory before it, once
+    in the usage after it), which a budget read as free-then-nvidia-smi did on the H200 sweep of session
+    33, admitting more than the card held. A process in one listing only counts no usage (it came or went
+    meanwhile), but its context does."""
     me = os.getpid()
-    return [int(row["memory_mib"] or 0) << 20 for row in _compute_apps(gpu)  # type: ignore[call-overload]
-            if row["pid"] != me and is_cudaforge_process(int(row["pid"]))]  # type: ignore[call-overload]
+    before = process_usage(gpu)
+    free = read_free()
+    after = process_usage(gpu)
+    if free is None:
+        return None
+    ours = sorted(p for p in set(before) | set(after) if p != me and is_cudaforge_process(p))
+    held = tuple((p, min(before[p], after[p])) for p in ours if p in before and p in after)
+    return CardShare(free_bytes=int(free), ours=held, our_processes=len(ours))
 
 
 def cudaforge_gpu_bytes(gpu: int) -> int:
-    """Device memory that this user's other cudaforge workers and spares hold on `gpu` (0 when nvidia-smi
-    cannot tell): they free it before they give the GPU lock up, so a fit check counts it as free."""
-    return sum(cudaforge_gpu_usage(gpu))
+    """Device memory that this user's other cudaforge workers and spares hold on `gpu` (0 when neither NVML
+    nor nvidia-smi can tell): they free it before they give the GPU lock up, so a fit check counts it as
+    free. Beside a free-memory reading, use card_share instead."""
+    me = os.getpid()
+    return sum(used for pid, used in process_usage(gpu).items() if pid != me and is_cudaforge_process(pid))
 
 
 def foreign_gpu_processes(gpu: int, exclude: Iterable[int] = ()) -> list[dict[str, object]]:

@@ -452,7 +452,7 @@ def compare_with_properties(spec: GpuSpec, props: Mapping[str, Any]) -> ProfileC
     return ProfileCheck(spec=spec, mismatches=tuple(problems))
 
 
-def _smi_device_selector(index: int) -> str:
+def smi_device_selector(index: int) -> str:
     """nvidia-smi numbers devices physically; map a CUDA-visible index through CUDA_VISIBLE_DEVICES."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
     if visible:
@@ -484,7 +484,7 @@ def query_nvidia_smi(
         "--query-gpu=name,compute_cap,memory.total,clocks.max.sm,driver_version,memory.free",
         "--format=csv,noheader,nounits",
         "-i",
-        _smi_device_selector(index),
+        smi_device_selector(index),
     ]
     try:
         proc = run(argv, 10.0)

@@ -269,7 +269,9 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
             # No hold: a context creation launches and allocates nothing of ours (engine/gpu/context.py), and
             # under a hold spares' context turns were the last reader 67-99 of the H200 sweeps' 250 windows
             # waited for (about 30 s of each sweep's drain, sessions 18 and 22).
-            open_context(gpu)
+            # Admitted by memory first, beside the evaluations' reservations; not under ncu, whose profiles
+            # hold the GPU alone and whose budget reads the free memory only (pipeline._budget).
+            open_context(gpu, None if warm_ncu else lock_path)
             pipeline.GPU_STATE["context"] = True  # the job needs no turn at the lock for it
             nvrtc._driver()
             step("context_s")

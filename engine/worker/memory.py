@@ -158,19 +158,9 @@ def cap_bytes(gpu_memory_gb: float | None) -> int | None:
 def process_device_bytes(device: Any) -> int | None:
     """This process's device memory as NVML (and nvidia-smi) report it: the CUDA context, cuBLAS/cuDNN
     handles and modules besides what PyTorch's allocator reserves. None where NVML cannot say."""
-    import os
+    from cudaforge.engine.gpu import nvml
 
-    try:
-        import pynvml  # nvidia-ml-py; PyTorch's own memory queries use it where it is installed
-    except ImportError:
-        return None
-    with contextlib.suppress(Exception):
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(int(getattr(device, "index", None) or 0))
-        for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-            if proc.pid == os.getpid() and proc.usedGpuMemory is not None:
-                return int(proc.usedGpuMemory)
-    return None
+    return nvml.process_bytes(int(getattr(device, "index", None) or 0))
 
 
 def outside_allocator_bytes(device: Any) -> int:
@@ -927,9 +917,11 @@ def check_task(job: EvalJob, task: Any, init: list[Any], device: Any, float_dtyp
     if not fits(fp["footprint_bytes"], free, cap):
         # Our other evaluations free their memory before they hand the GPU lock over: count it as free
         # now, and check the card's real free memory again once this one holds the lock (recheck_fit).
-        from cudaforge.engine.gpu.lock import cudaforge_gpu_bytes
+        from cudaforge.engine.gpu.lock import card_share
 
-        free += cudaforge_gpu_bytes(job.gpu)
+        share = card_share(job.gpu, lambda: int(torch.cuda.mem_get_info(device)[0]))
+        if share is not None:
+            free = share.free_with_ours
     mem.update(free_bytes=free, total_bytes=total, cap_bytes=cap, fits=fits(fp["footprint_bytes"], free, cap),
                needed_bytes=estimate_bytes(fp["footprint_bytes"], cap))
     ESTIMATE["bytes"] = int(mem["needed_bytes"])  # device heads stay under it (head_room)

@@ -916,26 +916,26 @@ def create_context(job: EvalJob, device: Any) -> None:
         torch.cuda.set_device(device)  # the spare's, made in its warm-up
         return
     phase("context")
-    open_context(device.index if device.index is not None else 0)
+    open_context(device.index if device.index is not None else 0, job.gpu_lock_path if job.mode != "profile" else None)
     GPU_STATE["context"] = True
-
-
-CONTEXT_BYTES = 768 << 20  # one CUDA context (+ its module images) of each of our processes on the card
 
 
 def _budget(job: EvalJob, device: Any) -> Any:
     """The bytes our evaluations may reserve together on this card: its free memory plus what our other
-    processes hold now (their reservations are counted instead), less one context per process of ours."""
+    processes hold now (their reservations are counted instead), less one context per process of ours.
+    The free memory and our processes' usage are read as of one moment (lock.card_share)."""
     import torch
 
     def budget() -> int:
-        from cudaforge.engine.gpu.lock import cudaforge_gpu_usage
+        from cudaforge.engine.gpu.lock import card_share
 
-        free = int(torch.cuda.mem_get_info(device)[0])
-        # Under ncu no nvidia-smi child (ncu would inject itself into it): free memory alone, which counts
-        # our others' reservations twice where they already hold them (safe, only stricter).
-        ours = cudaforge_gpu_usage(job.gpu) if job.mode != "profile" else []
-        return free + sum(ours) - CONTEXT_BYTES * len(ours)
+        def free() -> int:
+            return int(torch.cuda.mem_get_info(device)[0])
+
+        # Under ncu no nvidia-smi child (ncu would inject itself into it) and no listing: free memory alone,
+        # which counts our others' reservations twice where they already hold them (safe, only stricter).
+        share = card_share(job.gpu, free) if job.mode != "profile" else None
+        return share.budget() if share is not None else free()
 
     return budget
 
