@@ -235,6 +235,34 @@ def test_a_reader_yields_to_a_waiting_writer_at_a_step_boundary(tmp_path: Path) 
         gpu_share.release_all()
 
 
+def test_host_work_lets_the_read_hold_go_for_a_waiting_writer_and_takes_it_back(tmp_path: Path) -> None:
+    """gpu_share.without_hold (a host buffer's page-lock): the read hold goes before the work, so a writer
+    waiting meanwhile takes the GPU during it, and a read hold is taken back after the writer let go."""
+    from cudaforge.engine.worker import gpu_share
+
+    lock = tmp_path / "gpu0.lock"
+    try:
+        gpu_share.read(str(lock))
+        writer = Actor(lock, rwlock.WRITE, 0.3, tmp_path / "w.json")
+        writer.wait_for("asked")
+        _until(lambda: rwlock.writer_waiting(lock) and _flocks(lock, "WRITE", waiting=True) == 1)
+
+        def host_work() -> str:
+            assert gpu_share.hold_kind() == "none"
+            return str(writer.wait_for("acquired")["acquired"])  # the writer got the GPU during the work
+
+        acquired = int(gpu_share.without_hold(host_work))
+        back_at = time.monotonic_ns()
+        rec = writer.finish()
+        assert acquired == rec["acquired"] and rec["synced"] <= back_at
+        assert gpu_share.hold_kind() == rwlock.READ
+        # Inside a write hold (a timed window) the work runs under it: a window never lets the GPU go for it.
+        gpu_share.write(str(lock))
+        assert gpu_share.without_hold(gpu_share.hold_kind) == rwlock.WRITE
+    finally:
+        gpu_share.release_all()
+
+
 def _worker_job(tmp_path: Path, lock: Path, options: object = None, task_path: Path | None = None,
                 candidate_path: Path | None = None) -> tuple[Path, Path, dict]:
     """A real worker's job (default: CPU device, the CI task, the correct candidate) given the GPU lock

@@ -160,6 +160,29 @@ def test_without_cuda_a_pinning_pool_keeps_its_buffers_pageable() -> None:
     assert pool.buffers == []
 
 
+def test_a_pinning_pool_locks_and_unlocks_through_its_unheld_runner() -> None:
+    """Page-locking a new buffer (a pass over its pages and the driver's registration: seconds for GiBs) and
+    unlocking it run through `unheld`, which the worker sets to gpu_share.without_hold so that no timed window
+    waits for them; a reused buffer needs neither."""
+    ran: list[str] = []
+
+    def unheld(work):  # type: ignore[no-untyped-def]
+        ran.append(getattr(work, "func", work).__name__)
+        return work()
+
+    pool = HostBuffers(budget=64 * MIB, pin=True, unheld=unheld)
+    value = torch.randn(1024, 1024)
+    first = _copy(pool, value)
+    assert ran == ["page_lock"]
+    del first
+    second = _copy(pool, value * 2)
+    assert ran == ["page_lock"] and pool.reused == 1 and torch.equal(second, value * 2)
+    del second
+    pool.buffers[0].locked = True  # as on CUDA, where the lock took
+    pool.trim()
+    assert ran == ["page_lock", "page_unlock"] and pool.buffers == []
+
+
 @pytest.mark.gpu
 def test_host_copy_on_cuda_page_locks_its_buffer_once_and_unlocks_it_when_dropped() -> None:
     """The worker's pool (pin=True on CUDA): a large copy's buffer is page-locked (PyTorch sees it as

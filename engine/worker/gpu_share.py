@@ -108,6 +108,24 @@ def off_the_gpu(build: Callable[[], T], gpu_type: str = "cuda") -> T:
         _STATE["off_gpu_builds"] += 1
 
 
+def without_hold(work: Callable[[], T]) -> T:
+    """Run `work` (host or driver work that launches nothing and allocates nothing on the device: page-locking
+    a host buffer, say) with a read hold let go (after a device sync), and take the read hold back after it;
+    a timed window waiting elsewhere need not wait for it. A write hold (inside a timed window) or no hold is
+    kept as it is."""
+    from cudaforge.engine.gpu.rwlock import READ
+
+    hold = _STATE["hold"]
+    if hold is None or not hold.held or hold.kind != READ:
+        return work()
+    lock_path = hold.lock_path
+    release_hold()
+    try:
+        return work()
+    finally:
+        read(lock_path, "gpu_wait")
+
+
 def _touches(gpu_type: str, args: Any, kwargs: dict[str, Any]) -> bool:
     """Whether an op's arguments include a tensor on, or a device of, the GPU's type."""
     import torch

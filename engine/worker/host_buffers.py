@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,9 @@ class HostBuffers:
 
     budget: int = 0
     pin: bool = False  # page-lock the buffers it makes (the worker on CUDA; see the module's docstring)
+    # Runs a page-lock or unlock (host and driver work) for the pool: the worker's lets its read hold of the GPU
+    # go meanwhile (gpu_share.without_hold), so a timed window elsewhere does not wait for it.
+    unheld: Callable[[Callable[[], Any]], Any] = field(default=lambda work: work())
     buffers: list[_Buffer] = field(default_factory=list)
     reused: int = 0  # copies served from a kept buffer (for tests and the memory notes)
     made: int = 0
@@ -73,7 +77,7 @@ class HostBuffers:
             buffer = _Buffer(base=torch.empty(nbytes, dtype=torch.uint8), idle_count=0)
             buffer.idle_count = _count(buffer.base)
             if self.pin:
-                buffer.locked = page_lock(buffer.base)
+                buffer.locked = bool(self.unheld(functools.partial(page_lock, buffer.base)))
                 self.locked += buffer.locked
             self.buffers.append(buffer)
             self.made += 1
@@ -100,7 +104,7 @@ class HostBuffers:
                 return
             if self._is_free(b):
                 if b.locked:
-                    page_unlock(b.base)
+                    self.unheld(functools.partial(page_unlock, b.base))
                 self.buffers.remove(b)
 
     @staticmethod

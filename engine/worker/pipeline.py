@@ -56,6 +56,7 @@ from cudaforge.engine.worker.harness import (
     thread_names,
     versions,
 )
+from cudaforge.engine.worker.host_buffers import POOL as HOST_POOL
 from cudaforge.engine.worker.job import EvalJob, ReportDraft
 from cudaforge.engine.worker.kernel_timer import activities_of, with_kernel_timer
 from cudaforge.engine.worker.timing import (
@@ -980,11 +981,9 @@ def _host_admission(job: EvalJob) -> Any:
 def _grow_host(job: EvalJob, mem: dict[str, Any], extra: int) -> None:
     """A second input set on the host (the cache probes: memory.host_needed_bytes): the host estimate, its
     reservation beside our other evaluations and the host buffers' budget grow by `extra` bytes."""
-    from cudaforge.engine.worker.host_buffers import POOL
-
     need = int(mem.get("host_needed_bytes") or 0) + int(extra)
     mem["host_needed_bytes"] = need
-    POOL.budget = max(POOL.budget, need)
+    HOST_POOL.budget = max(HOST_POOL.budget, need)
     if job.gpu_lock_path:
         note = gpu_share.grow_host(need, memory.host_budget(job.gpu_lock_path))
         if note:
@@ -999,8 +998,6 @@ def release_gpu() -> None:
     and the trim of large buffers is slow, so it runs after. Memory the candidate still holds (a module-level
     cache) goes with the process: the reservation then stays until the worker exits (a dead process's
     reservation is dropped)."""
-    from cudaforge.engine.worker.host_buffers import POOL
-
     # No yield to a waiting writer first: it would save a window at most the release's own hold (3.2 s of
     # the H200 sweep's drains, session 22's lock log), while a yield behind a long writer (an ncu replay) could
     # outlast EXIT_GRACE_S, and the worker killed then frees its memory with no hold at all.
@@ -1008,7 +1005,7 @@ def release_gpu() -> None:
     with sub_phase("release"):  # the lock log's label of this last drop
         gpu_share.release_hold()
     with contextlib.suppress(Exception):
-        POOL.trim()
+        HOST_POOL.trim()
     if memory.held_bytes() > memory.SLACK_BYTES // 4:
         return
     gpu_share.release_all()
@@ -1068,6 +1065,7 @@ def evaluate(job: EvalJob, report: ReportDraft) -> None:
         findings.append(subclassed)
     findings.extend(source_checks)
     observe.on_checkpoint(gpu_share.yield_to_writers)
+    HOST_POOL.unheld = gpu_share.without_hold  # a large buffer's page-lock (a pass over GiBs) holds no window back
     _acquire_gpu(job, task, init, device, mem)
     phase("place")
     if not job.gpu_lock_path:  # else the reservation was admitted against the card (engine/gpu/ledger.py)
