@@ -21,7 +21,7 @@ import pytest
 import torch
 from cudaforge.engine.evaluation.sandbox import MARKER_VAR
 from cudaforge.engine.gpu import nvml
-from cudaforge.engine.gpu.lock import card_share, cudaforge_gpu_bytes
+from cudaforge.engine.gpu.lock import card_share, process_usage
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -73,7 +73,7 @@ def test_an_allocation_between_the_readings_counts_once(tmp_path: Path, monkeypa
     assert share.free_with_ours == (20000 + 1000) * MIB
     assert share.our_processes == 1
     # What the old order read: the free memory first, then a listing made after the allocation.
-    assert 20000 * MIB + cudaforge_gpu_bytes(0) == (20000 + 7000) * MIB
+    assert 20000 * MIB + process_usage(0)[ours.pid] == (20000 + 7000) * MIB
 
 
 def test_memory_freed_between_the_readings_counts_as_still_held_by_nobody(

@@ -16,7 +16,7 @@ from cudaforge.engine.evaluation import result_cache
 from cudaforge.engine.evaluation.evaluator import EvalOptions, Evaluator, forgery_finding
 from cudaforge.engine.evaluation.sandbox import MARKER_VAR
 from cudaforge.engine.gpu.lock import (
-    cudaforge_gpu_bytes,
+    card_share,
     foreign_gpu_processes,
     is_cudaforge_process,
     parse_compute_apps,
@@ -261,7 +261,7 @@ def test_memory_our_other_workers_hold_counts_as_free_for_the_fit_check(tmp_path
         smi.chmod(0o755)
         monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
         time.sleep(0.2)
-        assert cudaforge_gpu_bytes(0) == 30000 << 20
+        assert card_share(0, lambda: 0).free_with_ours == 30000 << 20  # ours only, the foreign one left out
         assert [p["pid"] for p in foreign_gpu_processes(0)] == [foreign.pid]
         assert card_free_bytes(0) == (20000 + 30000) << 20
     finally:

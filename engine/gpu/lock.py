@@ -166,14 +166,6 @@ def card_share(gpu: int, read_free: Callable[[], int | None]) -> CardShare | Non
     return CardShare(free_bytes=int(free), ours=held, our_processes=len(ours))
 
 
-def cudaforge_gpu_bytes(gpu: int) -> int:
-    """Device memory that this user's other cudaforge workers and spares hold on `gpu` (0 when neither NVML
-    nor nvidia-smi can tell): they free it before they give the GPU lock up, so a fit check counts it as
-    free. Beside a free-memory reading, use card_share instead."""
-    me = os.getpid()
-    return sum(used for pid, used in process_usage(gpu).items() if pid != me and is_cudaforge_process(pid))
-
-
 def foreign_gpu_processes(gpu: int, exclude: Iterable[int] = ()) -> list[dict[str, object]]:
     """Compute processes on `gpu` that are not ours: not this process, not `exclude`, and not a cudaforge
     worker or spare of this user (another session's, say); each with pid, command and memory (MiB)."""
