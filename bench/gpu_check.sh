@@ -119,6 +119,9 @@ if [ "$installed_here" != "$(realpath engine)" ]; then  # not an editable instal
 fi
 { command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available())"
+  # the host's page settings: host_buffers.advise_huge_pages asks for huge pages, which "never" refuses
+  echo "transparent huge pages: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo absent);" \
+      "defrag: $(cat /sys/kernel/mm/transparent_hugepage/defrag 2>/dev/null || echo absent); $(nproc) CPUs"
 } 2>&1 | tee "$OUT/machine.txt"
 
 # What the session and workbench steps import; bench/device_wheels.py ROOTS fills .whl/ with the same (a CI test

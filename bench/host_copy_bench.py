@@ -7,6 +7,10 @@ pageable memory), on with pageable buffers, and on with page-locked ones (the wo
 copy back to the device as a compare's slices take it (the "host to device" rows). On the CPU device, host-to-host copies into new memory and into a
 reused buffer (the same page-fault cost, without a GPU).
 
+The "first copy" rows make a new buffer for every copy (the pool trimmed before each), with 4 KiB pages and
+advised for transparent huge pages (host_buffers.advise_huge_pages): what each evaluation pays once per
+buffer, since each is a new process.
+
     python bench/host_copy_bench.py                     # 1 GiB, 4 copies each way, on CUDA when there is one
     python bench/host_copy_bench.py --gib 4 --device cpu --json out.json
 """
@@ -46,9 +50,22 @@ def _cuda_rates(nbytes: int, copies: int) -> dict[str, list[float]]:
             torch.cuda.synchronize()
             back.append(nbytes / GIB / (time.perf_counter() - start))
             del host, again  # as a correctness trial drops its expected output before the next
-    POOL.budget, POOL.pin = 0, False
+    for huge in (False, True):
+        POOL.budget, POOL.pin, POOL.huge_pages = 2 * nbytes, True, huge
+        first = rates[f"first copy, page-locked, {_pages(huge)}"] = []
+        for _ in range(copies):
+            POOL.trim()
+            start = time.perf_counter()
+            (host,) = memory.host_copy([source])  # a new buffer: page-locked (its pass) and written
+            first.append(nbytes / GIB / (time.perf_counter() - start))
+            del host
+    POOL.budget, POOL.pin, POOL.huge_pages = 0, False, True
     POOL.trim()
     return rates
+
+
+def _pages(huge: bool) -> str:
+    return "huge pages" if huge else "4 KiB pages"
 
 
 def _cpu_rates(nbytes: int, copies: int) -> dict[str, list[float]]:
@@ -71,6 +88,17 @@ def _cpu_rates(nbytes: int, copies: int) -> dict[str, list[float]]:
         kept.copy_(source)
         rates["reused buffer"].append(nbytes / GIB / (time.perf_counter() - start))
         del kept
+    for huge in (False, True):
+        fresh_pool = HostBuffers(budget=2 * nbytes, huge_pages=huge)
+        first = rates[f"first copy, {_pages(huge)}"] = []
+        for _ in range(copies):
+            fresh_pool.trim()
+            start = time.perf_counter()
+            made = fresh_pool.empty_like(source)
+            assert made is not None
+            made.copy_(source)
+            first.append(nbytes / GIB / (time.perf_counter() - start))
+            del made
     return rates
 
 
@@ -97,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {label} | " + " | ".join(f"{v:.2f}" for v in values) + f" | {later:.2f} |")
     new, reused = summary["median_new_memory"], summary["median_reused_buffer"]
     print(f"reused buffers: {reused / new:.2f}x the rate of new memory (copies 2+)")
+    kind = "first copy, page-locked" if device == "cuda" else "first copy"
+    small, huge = (summary[f"median_{kind}, {_pages(h)}".replace(" ", "_")] for h in (False, True))
+    summary["first_copy_huge_over_small"] = round(huge / small, 3)
+    print(f"first copies into new buffers: huge pages {huge / small:.2f}x the rate of 4 KiB pages (copies 2+)")
     if "median_page-locked_buffer" in summary:
         locked = summary["median_page-locked_buffer"]
         print(f"page-locked buffers: {locked / reused:.2f}x the rate of reused pageable ones (copies 2+)")

@@ -4,6 +4,8 @@ than its budget (the evaluation's host estimate)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from cudaforge.engine.worker.host_buffers import HostBuffers
@@ -212,3 +214,33 @@ def test_host_copy_on_cuda_page_locks_its_buffer_once_and_unlocks_it_when_droppe
     finally:
         POOL.budget, POOL.pin = budget, pin
         POOL.trim()
+
+
+def _vm_flags(address: int) -> set[str]:
+    """The VmFlags of this process's mapping that holds `address` (/proc/self/smaps)."""
+    inside = False
+    with open("/proc/self/smaps", encoding="ascii") as fh:
+        for line in fh:
+            head = line.split()[0] if line.strip() else ""
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and line.startswith("VmFlags:"):
+                return set(line.split()[1:])
+    return set()
+
+
+@pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"),
+                    reason="no transparent huge pages in this kernel")
+def test_a_new_large_buffer_is_advised_for_huge_pages_before_its_first_touch() -> None:
+    """Every evaluation pays its buffers' first pass (page faults) again: advised, a fault maps 2 MiB."""
+    pool = HostBuffers(budget=64 * MIB)
+    value = torch.randn(8 * MIB // 4)
+    copy = _copy(pool, value)
+    assert pool.huge == 1 and torch.equal(copy, value)
+    assert "hg" in _vm_flags(copy.data_ptr() + 4 * MIB)  # VM_HUGEPAGE on the buffer's middle
+    small = _copy(pool, torch.randn(1024))  # under one huge page: left as it is
+    assert pool.huge == 1 and torch.equal(small, small)
+    plain = HostBuffers(budget=64 * MIB, huge_pages=False)
+    other = _copy(plain, value)
+    assert plain.huge == 0 and torch.equal(other, value) and "hg" not in _vm_flags(other.data_ptr() + 4 * MIB)
