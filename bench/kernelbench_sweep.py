@@ -390,6 +390,9 @@ async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | No
         evaluator = Evaluator(dataclasses.replace(options, spares=max(1, spares_per_slot)))
         if counter is not None:
             evaluator.expect_task_counts()
+        # Every slot's first spares at once: forked from the zygote once it has imported, not each importing
+        # torch beside the others (Evaluator.zygote_ready); all slots share that one zygote.
+        await evaluator.zygote_ready()
         evaluator.prewarm()
         try:
             if counter is not None and queue.budget is not None:

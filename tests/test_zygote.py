@@ -274,3 +274,24 @@ def test_a_forked_spare_creates_its_cuda_context_and_evaluates(tmp_path: Path, m
         assert is_cudaforge_process(ready["pid"]) or not _alive(ready["pid"])
     finally:
         asyncio.run(ev.aclose())
+
+
+def test_a_caller_that_waits_for_the_zygote_gets_forked_spares_from_the_first(cpu_options, zygote_on) -> None:
+    """A sweep's slots start their first spares at once: waiting for the zygote first (Evaluator.zygote_ready),
+    even the first spare is forked, not a Python importing torch beside fifteen others."""
+    ev = Evaluator(replace(cpu_options, cache_dir=cpu_options.cache_dir / "waited-zygote"))
+    try:
+        assert asyncio.run(ev.zygote_ready(120.0))
+        ev.prewarm()
+        spare = ev.spare
+        assert spare is not None and _wait(lambda: spare.ready() is not None, 60)
+        assert "fork_s" in spare.ready()["steps"] and "python_start_s" not in spare.ready()["steps"]
+    finally:
+        asyncio.run(ev.aclose())
+
+
+def test_zygote_ready_is_false_at_once_where_spares_are_exec_d(cpu_options, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(zygote.ENV_SWITCH, "0")
+    started = time.monotonic()
+    assert asyncio.run(Evaluator(cpu_options).zygote_ready()) is False
+    assert time.monotonic() - started < 0.5

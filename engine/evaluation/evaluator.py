@@ -31,6 +31,7 @@ from cudaforge.engine.evaluation.sandbox import (
 )
 from cudaforge.engine.evaluation.spare import DEFAULT_IDLE_S, Spare, SparePool, start_spare
 from cudaforge.engine.evaluation.zygote import enabled as zygote_enabled
+from cudaforge.engine.evaluation.zygote import zygote_for
 from cudaforge.engine.gpu.lock import foreign_gpu_processes, gpu_lock_path
 from cudaforge.engine.integrity.registry import apply_policy, finding
 from cudaforge.engine.results import NO_SPEED_CLAIM, EvalResult, Finding, Peaks, TaskCounts, WorkerExit
@@ -224,6 +225,28 @@ class Evaluator:
             output_limit_bytes=o.output_limit_bytes, open_files=o.open_files,
             warm_limit_s=o.load_s, idle_limit_s=o.spare_idle_s, label="spare", warm_counting=self.spares_count_tasks,
             forked=zygote_enabled(o.zygote))
+
+    async def zygote_ready(self, timeout_s: float = 60.0) -> bool:
+        """Start the zygote this evaluator's spares are forked from (where they are: `[eval] zygote`, CUDA or
+        the CPU device on Linux) and wait, off the event loop, until it serves forks; whether it does. A caller
+        about to start many spares at once (a sweep's slots) waits first: spares started before the zygote is
+        ready are exec'd, and sixteen of them importing torch side by side took 4.7-7.0 s each on the H200's
+        16 CPUs (the sweep of session 33) where the zygote alone imports once and forks them in milliseconds.
+        A round never waits for it (`prewarm` execs its first spare meanwhile)."""
+        o = self.options
+        if not zygote_enabled(o.zygote):
+            return False
+        zygote = zygote_for(o.python, o.device, self.worker_env())
+
+        def wait() -> bool:
+            deadline = time.monotonic() + timeout_s
+            while not zygote.ready():
+                if zygote.error or time.monotonic() > deadline:
+                    return False
+                time.sleep(0.02)
+            return True
+
+        return await asyncio.to_thread(wait)
 
     def prewarm(self) -> bool:
         """Keep `options.spare_depth` spare workers warming or waiting (dead ones and ones started for other
