@@ -237,10 +237,13 @@ step() {
             rm -f "$OUT/$name.rows.jsonl" "$OUT/$name.locklog"
             # The GPU's utilization every 0.5 s, and every process's lock events: bench/lock_timeline.py
             # splits the wall into exclusive, drain, shared and idle time from them.
-            local smi=""
+            # Also the bus: PCIe MB/s each way every second (nvidia-smi dmon), to tell whether the large problems'
+            # host copies wait for the bus or for the host.
+            local smi="" dmon=""
             if command -v nvidia-smi >/dev/null; then
                 nvidia-smi --query-gpu=timestamp,utilization.gpu,utilization.memory,memory.used \
                     --format=csv,noheader,nounits -lms 500 > "$OUT/$name.util.csv" 2>/dev/null & smi=$!
+                nvidia-smi dmon -s t -d 1 -o T > "$OUT/$name.pcie.txt" 2>/dev/null & dmon=$!
             fi
             # shellcheck disable=SC2086
             run "$name.log" "$STEP_LIMIT" env CUDAFORGE_LOCK_LOG="$OUT/$name.locklog" ${stacks:+CUDAFORGE_STACK_SAMPLES=$stacks} \
@@ -249,6 +252,7 @@ step() {
                 ${ORDER_FROM:+--order-from $ORDER_FROM} ${SWEEP_ARGS:-} \
                 --json "$OUT/$name.json" --rows "$OUT/$name.rows.jsonl"; rc=$?
             [ -n "$smi" ] && kill "$smi" 2>/dev/null
+            [ -n "$dmon" ] && kill "$dmon" 2>/dev/null
             local lock=""  # the timeline's last line, "in brief: ...", for the key figures
             "$PY" bench/lock_timeline.py "$OUT/$name.locklog" --json "$OUT/$name.timeline.json" \
                 > "$OUT/$name.timeline.txt" 2>&1 && lock="; $(sed -n 's/^in brief: //p' "$OUT/$name.timeline.txt")"
@@ -260,7 +264,11 @@ step() {
                 "$PY" bench/stack_summary.py "$stacks" --hold write > "$OUT/$name.stacks.txt" 2>&1
                 held="; $(last_line "$OUT/$name.stacks.txt")"
             fi
-            printf '%s\t%s\n' "$(status $rc)" "$(sweep_line "$name")$util${lock:-}$held" ;;
+            local bus  # the busiest second each way, and the mean (dmon's rxpci, txpci columns: MB/s)
+            bus=$(awk '$1 !~ /^#/ && NF >= 4 && $3 ~ /^[0-9]+$/ {n++; r += $3; t += $4; if ($3 > mr) mr = $3; if ($4 > mt) mt = $4}
+                END {if (n) printf "; PCIe to the GPU %.1f GB/s mean, %.1f max; from it %.1f mean, %.1f max", r / n / 1000, mr / 1000, t / n / 1000, mt / 1000}' \
+                "$OUT/$name.pcie.txt" 2>/dev/null)
+            printf '%s\t%s\n' "$(status $rc)" "$(sweep_line "$name")$util$bus${lock:-}$held" ;;
         batch)
             [ -n "$KB" ] || { printf 'skipped\tno KernelBench folder (carry .kb/ or set KERNELBENCH_DIR)\n'; return; }
             [ "$WHEELS" = ok ] || { printf 'skipped\tneeds openai & co.: carry the wheels in .whl/\n'; return; }

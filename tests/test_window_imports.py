@@ -106,3 +106,40 @@ def test_the_spares_warm_up_of_the_checks_runs_every_primitive_and_imports_no_mo
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+@pytest.mark.gpu
+def test_after_the_spares_warm_up_a_tasks_first_matmul_and_convolution_load_no_library() -> None:
+    """The warm-up's `blas` and `cudnn` steps load cuBLAS, cuBLASLt and cuDNN and make their handles, in a fresh
+    process: a task's first linear layer and convolution afterwards (other shapes) map none of the libraries
+    or handles' parts again (cuDNN may still load an engine library for a kind of convolution it had not met),
+    so the reference's first call under a read hold no longer pays for them."""
+    code = textwrap.dedent("""
+        import json, torch
+        from cudaforge.engine.worker import pipeline
+
+        def libs():
+            with open("/proc/self/maps") as fh:
+                return sorted({line.split("/")[-1].strip() for line in fh if "libcudnn" in line or "libcublas" in line})
+
+        device = torch.device("cuda", 0)
+        before = libs()
+        for step in pipeline.warm_check_steps(device):
+            step()
+        warmed = libs()
+        left = torch.cuda.memory_allocated(device)  # the last step frees what the others allocated
+        x = torch.randn(4, 3, 32, 32, device=device)
+        conv = torch.nn.Conv2d(3, 16, 5, padding=2).to(device)
+        lin = torch.nn.Linear(16 * 32 * 32, 10).to(device)
+        with torch.no_grad():
+            lin(conv(x).flatten(1))
+        torch.cuda.synchronize()
+        print(json.dumps({"before": before, "warmed": warmed, "after": libs(), "left": left}))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["left"] == 0 and any(name.startswith("libcudnn_cnn") for name in seen["warmed"]), seen
+    assert any(name.startswith("libcublasLt") for name in seen["warmed"]), seen
+    core = ("libcublas", "libcudnn.", "libcudnn_graph", "libcudnn_heuristic", "libcudnn_ops", "libcudnn_cnn")
+    assert not [n for n in set(seen["after"]) - set(seen["warmed"]) if n.startswith(core)], seen

@@ -896,13 +896,32 @@ def warm_check_steps(device: Any) -> list[Callable[[], None]]:
     def shifted() -> None:
         shift_distribution([held["x"].clone(), held["x"].to(torch.float16)], seed=0)
 
+    # Not the checks' primitives but a task's first matmul and convolution: cuBLAS, cuBLASLt and cuDNN are
+    # loaded and their handles made at a process's first call into each (cuDNN's libraries alone are hundreds
+    # of MB). In the H200 sweep of session 33 the reference's first call, under a read hold, took 0.66 s median
+    # on the convolution problems and 0.23 s on the matmul ones, against 0.12 and 0.04 s for all their later
+    # correctness calls together; every round's worker paid that again. Two steps: two shorter turns.
+    def blas() -> None:
+        if device.type == "cuda":
+            a = torch.ones(8, 8, device=device)
+            torch.mm(a, a)
+            torch.nn.functional.linear(a, a, a[0])  # addmm with a bias: the cuBLASLt path
+
+    def cudnn() -> None:
+        if device.type == "cuda":
+            a = torch.ones(1, 1, 8, 8, device=device)
+            torch.nn.functional.conv2d(a, a[:, :, :3, :3])
+
     def free() -> None:
         held.clear()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
+            clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+            if clear_workspaces is not None:  # cuBLAS's workspaces (the handles stay): nothing is left allocated
+                clear_workspaces()
             torch.cuda.empty_cache()
 
-    return [tensors, compares, host_compare, fingerprints, probes, shifted, free]
+    return [tensors, compares, host_compare, fingerprints, probes, shifted, blas, cudnn, free]
 
 
 def create_context(job: EvalJob, device: Any) -> None:
