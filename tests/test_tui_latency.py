@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import subprocess
 import sys
 import time
 import types
@@ -137,10 +138,32 @@ def test_highlight_queries_are_compiled_once_per_language() -> None:
     assert doc.query_syntax_tree(again), "the shared query still highlights a new document"
 
 
-async def test_key_latency_over_rounds_with_approvals(tmp_path: Path, cache_dir: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+CHILD_ENV = "CUDAFORGE_LATENCY_CHILD"  # set: this process is the fresh one the measurement runs in
+
+
+def test_key_latency_over_rounds_with_approvals() -> None:
+    """The measurement below, in a Python process of its own, as the workbench runs: in the suite's process,
+    after a thousand other tests, the same presses measured p95 102-135 ms against 76-78 ms alone (a 2-core
+    machine, 2026-12-07), its full garbage collections walking what those tests left (598 ms of them
+    during the presses against 110 ms)."""
+    env = {**os.environ, CHILD_ENV: "1"}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-p", "no:randomly",
+                          f"{__file__}::test_key_latency_measured_in_this_process"],
+                         capture_output=True, text=True, timeout=600, env=env, cwd=Path(__file__).parent.parent)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("[tui latency") or "p95" in ln]
+    print("\n" + "\n".join(lines[-3:]))
+    if out.returncode == 0 and " skipped" in out.stdout.splitlines()[-1] and " passed" not in out.stdout.splitlines()[-1]:
+        pytest.skip(out.stdout.splitlines()[-1])
+    assert out.returncode == 0, (out.stdout[-3000:] + out.stderr[-2000:])
+
+
+async def test_key_latency_measured_in_this_process(tmp_path: Path, cache_dir: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """At least 100 keys while three rounds run in review mode, every decision approved with `a` as
-    soon as it shows: p95 key-press-to-render <= 100 ms is asserted, the worst is printed."""
+    soon as it shows: p95 key-press-to-render <= 100 ms is asserted, the worst is printed. Run by the test
+    above in a fresh process."""
+    if not os.environ.get(CHILD_ENV):
+        pytest.skip("run in a fresh process by test_key_latency_over_rounds_with_approvals")
     from cudaforge.engine.session import RunStore
     from llm_server import ScriptedLLMServer
     from session_kit import CORRECT, KEY, KEY_ENV, coder_reply, judge_optimize_reply
