@@ -111,9 +111,8 @@ def test_the_spares_warm_up_of_the_checks_runs_every_primitive_and_imports_no_mo
 @pytest.mark.gpu
 def test_after_the_spares_warm_up_a_tasks_first_matmul_and_convolution_load_no_library() -> None:
     """The warm-up's `blas` and `cudnn` steps load cuBLAS, cuBLASLt and cuDNN and make their handles, in a fresh
-    process: a task's first linear layer and convolution afterwards (other shapes) map none of the libraries
-    or handles' parts again (cuDNN may still load an engine library for a kind of convolution it had not met),
-    so the reference's first call under a read hold no longer pays for them."""
+    process: a task's first linear layer and convolution afterwards (other shapes) map no further cuBLAS or
+    cuDNN library, so the reference's first call under a read hold no longer pays for them."""
     code = textwrap.dedent("""
         import json, torch
         from cudaforge.engine.worker import pipeline
@@ -139,7 +138,7 @@ def test_after_the_spares_warm_up_a_tasks_first_matmul_and_convolution_load_no_l
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
-    assert seen["left"] == 0 and any(name.startswith("libcudnn_cnn") for name in seen["warmed"]), seen
+    loaded = set(seen["warmed"]) - set(seen["before"])  # cuDNN 9's sub-libraries (their split varies by release)
+    assert seen["left"] == 0 and any(name.startswith("libcudnn_") for name in loaded), seen
     assert any(name.startswith("libcublasLt") for name in seen["warmed"]), seen
-    core = ("libcublas", "libcudnn.", "libcudnn_graph", "libcudnn_heuristic", "libcudnn_ops", "libcudnn_cnn")
-    assert not [n for n in set(seen["after"]) - set(seen["warmed"]) if n.startswith(core)], seen
+    assert set(seen["after"]) <= set(seen["warmed"]), seen
