@@ -119,14 +119,15 @@ def main(argv: list[str] | None = None) -> int:
     print("| into | " + " | ".join(f"copy {i + 1}" for i in range(args.copies)) + " | median of copies 2+ |")
     print("| --- |" + " --- |" * (args.copies + 1))
     summary: dict[str, Any] = {"device": device, "gib": args.gib, "rates_gib_s": rates}
+    later_of: dict[str, float] = {}
     for label, values in rates.items():
-        later = statistics.median(values[1:]) if len(values) > 1 else values[0]
+        later = later_of[label] = statistics.median(values[1:]) if len(values) > 1 else values[0]
         summary[f"median_{label.replace(' ', '_')}"] = round(later, 3)
         print(f"| {label} | " + " | ".join(f"{v:.2f}" for v in values) + f" | {later:.2f} |")
     new, reused = summary["median_new_memory"], summary["median_reused_buffer"]
     print(f"reused buffers: {reused / new:.2f}x the rate of new memory (copies 2+)")
     kind = "first copy, page-locked" if device == "cuda" else "first copy"
-    small, huge = (summary[f"median_{kind}, {_pages(h)}".replace(" ", "_")] for h in (False, True))
+    small, huge = (later_of[f"{kind}, {_pages(h)}"] for h in (False, True))
     summary["first_copy_huge_over_small"] = round(huge / small, 3)
     print(f"first copies into new buffers: huge pages {huge / small:.2f}x the rate of 4 KiB pages (copies 2+)")
     if "median_page-locked_buffer" in summary:

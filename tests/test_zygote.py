@@ -53,8 +53,7 @@ def _forked_spare(ev: Evaluator) -> dict:
     """Prewarm until the spare kept is one forked from a ready zygote; its ready.json."""
     ev.prewarm()
     zy = zygote.zygote_for(ev.options.python, ev.options.device, ev.worker_env())
-    assert _wait(lambda: zy.ready() or bool(zy.error), 120), "the zygote never said it was ready"
-    assert not zy.error, zy.error
+    assert zy.wait_ready(120), zy.error or "the zygote never said it was ready"
     for _ in range(3):
         spare = ev.spare
         assert spare is not None
@@ -205,7 +204,7 @@ def test_a_zygote_that_does_not_answer_is_given_up_at_once_and_closed_off_the_ca
     monkeypatch.setattr(zygote, "REPLY_TIMEOUT_S", 0.5)
     zy = zygote.Zygote(cpu_options.python, "cpu", Evaluator(cpu_options).worker_env())
     try:
-        assert _wait(lambda: zy.ready() or bool(zy.error), 120) and not zy.error, zy.error
+        assert zy.wait_ready(120), zy.error
         os.kill(zy.proc.pid, signal.SIGSTOP)
         started = time.monotonic()
         assert zy.fork(tmp_path / "never-read.json") is None

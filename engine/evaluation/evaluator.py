@@ -237,16 +237,7 @@ class Evaluator:
         if not zygote_enabled(o.zygote):
             return False
         zygote = zygote_for(o.python, o.device, self.worker_env())
-
-        def wait() -> bool:
-            deadline = time.monotonic() + timeout_s
-            while not zygote.ready():
-                if zygote.error or time.monotonic() > deadline:
-                    return False
-                time.sleep(0.02)
-            return True
-
-        return await asyncio.to_thread(wait)
+        return await asyncio.to_thread(zygote.wait_ready, timeout_s)
 
     def prewarm(self) -> bool:
         """Keep `options.spare_depth` spare workers warming or waiting (dead ones and ones started for other

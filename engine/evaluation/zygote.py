@@ -115,6 +115,16 @@ class Zygote:
             self.info = reply
             return True
 
+    def wait_ready(self, timeout_s: float, poll_s: float = 0.02) -> bool:
+        """Block until it serves forks (True), it broke, or `timeout_s` passed (False). For a caller about to
+        start many spares at once, off any event loop (Evaluator.zygote_ready)."""
+        deadline = time.monotonic() + timeout_s
+        while not self.ready():
+            if self.error or time.monotonic() > deadline:
+                return False
+            time.sleep(poll_s)
+        return True
+
     def alive(self) -> bool:
         return self.proc.poll() is None
 
