@@ -279,3 +279,34 @@ def test_a_second_host_input_set_asks_for_host_room_first() -> None:
     asked.clear()
     assert check_cache_reuse(in_place, in_place, make, reference_mutates=False, **kwargs) == []
     assert asked == []  # one input set on the host: within the estimate
+
+
+def test_each_probe_lets_a_waiting_window_go_before_its_candidate_and_between_compared_slices(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probes' step boundaries (observe.checkpoint, where the worker lets a waiting timed window go): one
+    between the reference's part and the candidate's call, none between that call and its compare's first
+    slice, and one after every slice of the compare (a 6 GiB output's compare was one step before)."""
+    from cudaforge.engine import observe
+    from cudaforge.engine.integrity import outputs
+
+    log: list[str] = []
+    monkeypatch.setattr(observe, "_CHECKPOINTS", [lambda: log.append("step")])
+    monkeypatch.setattr(outputs, "slice_elements", lambda _device: 40)  # 8 x 16 outputs: 4 slices each
+
+    def ref(inputs: list[Any]) -> Any:
+        log.append("reference")
+        return reference(inputs)
+
+    def cand(inputs: list[Any]) -> Any:
+        log.append("candidate")
+        return reference([t.clone() for t in inputs])
+
+    assert probe(cand, ref) == {}
+    calls = [k for k, entry in enumerate(log) if entry == "candidate"]
+    assert len(calls) == 3 + SPARSE_ROUNDS  # baseline, same memory, the sparse rounds, new memory
+    for k in calls:
+        assert log[k - 1] == "step" and "reference" in log[:k - 1]  # a boundary between the two parts
+        after = log[k + 1:]
+        until_next = after[:after.index("reference")] if "reference" in after else after
+        # one per compared slice, then (but for the last probe) the next probe's own boundary
+        assert until_next.count("step") == (4 if k == calls[-1] else 5), (k, until_next)

@@ -15,6 +15,7 @@ from cudaforge.engine import check_kernels
 from cudaforge.engine.integrity.registry import finding
 from cudaforge.engine.integrity.runtime import flip_in_place
 from cudaforge.engine.observe import (
+    checkpoint,
     common_order,
     coordinates,
     flat_view,
@@ -153,7 +154,10 @@ def _match(expected: list[Any], got: list[Any], atol: float, rtol: float) -> boo
     """Whether every output is within tolerance (torch.isclose, NaN equal to NaN), in slices of both in one
     element order (observe.paired_pieces: views, or copies of one slice, never of a whole output); the
     verdict stays on the device until the end: one host sync per output, not one per slice (with eight
-    evaluations time-sliced on one GPU, each sync waited for the others' turns)."""
+    evaluations time-sliced on one GPU, each sync waited for the others' turns). Each slice ends a step
+    (observe.checkpoint): a timed window waiting elsewhere goes first, as in the correctness compare
+    (worker/compare.py); without it, a probe's candidate call and its whole compare were one step, the step
+    the windows of an H100 quarter sweep most often waited for last (27 of 63, session 34)."""
     import torch
 
     if len(expected) != len(got):
@@ -182,6 +186,8 @@ def _match(expected: list[Any], got: list[Any], atol: float, rtol: float) -> boo
                 ok &= torch.isclose(gs.to(work), es.to(work), rtol=rtol, atol=atol, equal_nan=True).all()
             else:
                 ok &= (gs == es).all()
+            del es, gs
+            checkpoint()
         if not bool(ok):
             return False
     return True
@@ -330,7 +336,7 @@ def check_cache_reuse(
     compare).
     """
     import torch
-    from cudaforge.engine.observe import checkpoint, fingerprints
+    from cudaforge.engine.observe import fingerprints
 
     def draw(seed: int) -> list[Any]:  # make_inputs, timed as its own step
         with part("draw"):
@@ -376,6 +382,10 @@ def check_cache_reuse(
             with part("snapshot"):
                 write(inputs, values)
             del values
+        # A step boundary before the candidate runs, as in a correctness trial (the reference's part and the
+        # candidate's are a step each; none right after the candidate's call, whose sync could finish its
+        # unwaited work before the compare reads it).
+        checkpoint()
         with part("candidate"):
             got = _flat(run_candidate(inputs))
         with part("fingerprint"):
