@@ -348,3 +348,30 @@ def test_ncu_warm_ups_take_the_counters_one_at_a_time(tmp_path: Path) -> None:
         assert time.monotonic() - waited < 5
     with counters_turn(None, lambda: False) as free:
         assert free  # no lock (the CPU device): nothing to take
+
+
+def test_the_lock_log_names_announcements_and_whom_a_yielding_warm_up_waits_for(tmp_path: Path, monkeypatch) -> None:
+    """A spare that yields long says in the lock log which processes it yields to (session 34's spares yielded
+    10-30 s, session 33's 0.3 s), and each announcement and withdrawal is a line of its own."""
+    from cudaforge.engine.gpu import rwlock, turns
+
+    log = tmp_path / "lock.log"
+    monkeypatch.setenv(rwlock.LOG_ENV, str(log))
+    monkeypatch.setattr(turns, "LOG_YIELD_AFTER_S", 0.2)
+    lock = str(tmp_path / "gpu0.lock")
+    other = _sleeper()
+    try:
+        (jobs_dir(lock)).mkdir(parents=True)
+        (jobs_dir(lock) / str(other.pid)).touch()  # another live process's job
+        with warmup_turn(lock, lambda: False, max_yield_s=0.5) as waited:
+            assert waited >= 0.5
+        announce_job(lock)
+        withdraw_job(lock)
+    finally:
+        other.kill()
+        other.wait()
+    lines = [line.split() for line in log.read_text().splitlines()]
+    yields = [parts for parts in lines if parts[2] == "yield"]
+    assert [parts[3] for parts in yields] == [f"jobs:{other.pid}"] * 2  # at once, and once more after 0.2 s
+    assert [parts[2:4] for parts in lines if parts[3] == "job"] == [["announce", "job"], ["withdraw", "job"]]
+    assert all(len(parts) == 5 for parts in lines)  # bench/lock_timeline.py reads five fields a line

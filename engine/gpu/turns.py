@@ -20,8 +20,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from cudaforge.engine.gpu.lock import process_alive
+from cudaforge.engine.gpu.rwlock import LOG_ENV, log_event
 
 _ANNOUNCED: list[Path] = []
+# A warm-up that still yields after this long writes, once, which processes' announcements it waits for (the
+# lock log, rwlock.LOG_ENV): in session 34's quarter sweep spares yielded 10-30 s (0.3 s in session 33's).
+LOG_YIELD_AFTER_S = 5.0
 
 
 def jobs_dir(lock_path: str | os.PathLike[str]) -> Path:
@@ -39,6 +43,7 @@ def announce_job(lock_path: str | os.PathLike[str] | None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         path.touch()
         _ANNOUNCED.append(path)
+        log_event("announce", "job")
 
 
 def withdraw_job(lock_path: str | os.PathLike[str] | None = None) -> None:
@@ -48,15 +53,23 @@ def withdraw_job(lock_path: str | os.PathLike[str] | None = None) -> None:
             with contextlib.suppress(OSError):
                 path.unlink()
             _ANNOUNCED.remove(path)
+            log_event("withdraw", "job")
 
 
 def jobs_waiting(lock_path: str | os.PathLike[str]) -> bool:
     """Whether a live process other than this one has announced a job for this lock."""
+    return bool(announced_jobs(lock_path, first_only=True))
+
+
+def announced_jobs(lock_path: str | os.PathLike[str], first_only: bool = False) -> list[int]:
+    """The live processes other than this one that have announced a job for this lock (the first one found
+    only, with `first_only`); announcements of dead processes are removed on the way."""
     try:
         entries = list(jobs_dir(lock_path).iterdir())
     except OSError:
-        return False
+        return []
     me = os.getpid()
+    live = []
     for entry in entries:
         try:
             pid = int(entry.name)
@@ -65,10 +78,13 @@ def jobs_waiting(lock_path: str | os.PathLike[str]) -> bool:
         if pid == me:
             continue
         if process_alive(pid):
-            return True
+            live.append(pid)
+            if first_only:
+                break
+            continue
         with contextlib.suppress(OSError):
             entry.unlink()
-    return False
+    return live
 
 
 @contextlib.contextmanager
@@ -80,6 +96,7 @@ def warmup_turn(lock_path: str, has_job: Callable[[], bool], *, max_yield_s: flo
     from cudaforge.engine.gpu.rwlock import READ, acquire
 
     start = time.monotonic()
+    logged = 0  # yields written to the lock log: the first, and one after LOG_YIELD_AFTER_S
     while True:
         if has_job() or time.monotonic() - start > max_yield_s:
             if has_job():
@@ -91,6 +108,10 @@ def warmup_turn(lock_path: str, has_job: Callable[[], bool], *, max_yield_s: flo
             if not jobs_waiting(lock_path) or has_job():
                 break
             hold.release(sync=None)  # a job was announced while we took it (no device work yet): it goes first
+        elif logged < 2 and time.monotonic() - start >= (LOG_YIELD_AFTER_S if logged else 0.0) \
+                and os.environ.get(LOG_ENV):
+            logged += 1  # which processes' announcements it waits for
+            log_event("yield", "jobs:" + (",".join(map(str, announced_jobs(lock_path))) or "-"))
         time.sleep(poll_s)
     try:
         yield time.monotonic() - start
