@@ -75,11 +75,35 @@ def test_a_spare_that_has_its_job_does_not_yield(tmp_path: Path) -> None:
         entered, t = _enter_in_thread(lock, has_job=lambda: True)
         assert entered.wait(10), "a spare with a job waited behind another job's announcement forever"
         t.join(10)
-        assert (jobs_dir(lock) / str(__import__("os").getpid())).exists()  # it announced its own job
     finally:
         withdraw_job(lock)
         other.kill()
         other.wait()
+
+
+def test_a_spare_with_its_job_is_announced_while_it_waits_and_not_once_it_holds_the_gpu(tmp_path: Path) -> None:
+    """Announced only while it waits at the lock, as a job's worker is (gpu_share._switch): an announcement
+    kept after the turn held every idle spare's warm-up back through the rest of this spare's warm-up and
+    its job's wait for memory, and those spares were then handed jobs while still warming, and so on (session
+    34's quarter sweep: spares yielded 10-30 s, jobs waited 62.7 s for their spares)."""
+    import os
+
+    from cudaforge.engine.gpu.rwlock import WRITE, acquire
+
+    lock = str(tmp_path / "gpu0.lock")
+    mine = jobs_dir(lock) / str(os.getpid())
+    window = acquire(lock, WRITE)  # another process's timed window holds the GPU
+    try:
+        entered, t = _enter_in_thread(lock, has_job=lambda: True)
+        deadline = time.monotonic() + 10
+        while not mine.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert mine.exists() and not entered.is_set()  # waiting, announced
+    finally:
+        window.release(sync=None)
+    assert entered.wait(10)
+    t.join(10)
+    assert not mine.exists()  # it held the GPU: the announcement went with its wait
 
 
 def test_own_announcement_does_not_block_itself_and_is_withdrawn(tmp_path: Path) -> None:
