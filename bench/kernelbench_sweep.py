@@ -387,18 +387,13 @@ async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | No
         return give_up_after > 0 and len(first) == give_up_after and not any(r["expected"] for r in first)
 
     async def slot() -> None:
-        depth = max(1, spares_per_slot)
-        evaluator = Evaluator(dataclasses.replace(options, spares=depth))
+        evaluator = Evaluator(dataclasses.replace(options, spares=max(1, spares_per_slot)))
         if counter is not None:
             evaluator.expect_task_counts()
         # Every slot's first spares at once: forked from the zygote once it has imported, not each importing
         # torch beside the others (Evaluator.zygote_ready); all slots share that one zygote.
         await evaluator.zygote_ready()
-        # One spare a slot first, the second once the slot's first job has ended: sixteen contexts made at once
-        # took 3.0-3.5 s each and held the first jobs back (session 34); eight at once, the next eight beside
-        # the first jobs (Evaluator.prewarm's depth, which the spare started after each take keeps).
-        finished = 0
-        evaluator.prewarm(1)
+        evaluator.prewarm()
         try:
             if counter is not None and queue.budget is not None:
                 for path in counted_first:
@@ -423,13 +418,12 @@ async def sweep(paths: list[Path], options: Any, jobs: int, rows_path: Path | No
                     cand = Candidate(source=reference_as_candidate(task.source), format="python")
                     running = asyncio.ensure_future(evaluator.evaluate(task, cand, use_cache=False))
                     await asyncio.sleep(0.05)  # the job has taken the spare: warm the next one meanwhile
-                    evaluator.prewarm(min(depth, 1 + finished))
+                    evaluator.prewarm()
                     result = await running
                     row = row_of(path, result, time.perf_counter() - start)
                 except Exception as exc:  # one problem must not end the sweep
                     row = failed_row(path, f"{type(exc).__name__}: {exc}", time.perf_counter() - start)
                 queue.done(path)
-                finished += 1
                 row["counts_wait_s"] = round(counts_wait, 3)  # waiting for the counter (count_ahead)
                 row["handed_ahead"] = ahead  # problems it went before: they did not fit in memory then
                 rows.append(row)

@@ -294,23 +294,3 @@ def test_zygote_ready_is_false_at_once_where_spares_are_exec_d(cpu_options, monk
     started = time.monotonic()
     assert asyncio.run(Evaluator(cpu_options).zygote_ready()) is False
     assert time.monotonic() - started < 0.5
-
-
-def test_a_prewarm_depth_caps_the_spares_kept_until_another_depth_is_named(cpu_options, zygote_on) -> None:
-    """A sweep's slots ramp up (one spare each first): the depth a caller names holds for the later calls that
-    name none, and never raises the pool above `[eval] spares`."""
-    ev = Evaluator(replace(cpu_options, spares=1))
-    try:
-        assert ev.prewarm(0) is False
-        assert ev.spares == ()
-        assert ev.prewarm() is False  # the depth named last still holds
-        assert ev.spares == ()
-        assert ev.prewarm(1) is True
-        first = ev.spares
-        assert len(first) == 1
-        assert ev.prewarm(3) is True  # capped by the options' depth: no second spare
-        assert ev.spares == first
-        assert all(s.alive() for s in first)
-    finally:
-        asyncio.run(ev.aclose())
-    assert _wait(lambda: not any(s.alive() for s in first), 30)

@@ -201,7 +201,6 @@ class Evaluator:
         # after the evaluation): its process start and imports overlap the evaluation, and only the
         # GPU part of its warm-up waits for the lock (after the jobs: engine/gpu/turns.py).
         self._keep_warm = False
-        self._depth_cap: int | None = None  # prewarm(depth): a caller's ramp, kept by the replenish too
         # Workers that reported and may still be exiting, with their report's mtime.
         self._reaps: list[tuple[BackgroundReap, float]] = []
         self._stores = result_cache.PendingWrites()  # result-cache writes still going on
@@ -240,23 +239,14 @@ class Evaluator:
         zygote = zygote_for(o.python, o.device, self.worker_env())
         return await asyncio.to_thread(zygote.wait_ready, timeout_s)
 
-    def prewarm(self, depth: int | None = None) -> bool:
+    def prewarm(self) -> bool:
         """Keep `options.spare_depth` spare workers warming or waiting (dead ones and ones started for other
         options replaced); cheap to call repeatedly.
 
         Returns True when a spare is (now) waiting. Call it while the LLM is thinking. From then on,
         every evaluation that takes a spare starts the next one at once.
-
-        `depth` keeps fewer (never more than `options.spare_depth`), from this call on, the start of the next
-        spare after each take included, until a call names another depth: a caller starting many evaluators at
-        once ramps up. A sweep's eight slots with two spares each made sixteen CUDA contexts side by side,
-        3.0-3.5 s each, and the first seven jobs waited 3.7-3.9 s for them (H100, session 34).
         """
-        if depth is not None:
-            self._depth_cap = max(0, depth)
         depth = self.options.spare_depth
-        if self._depth_cap is not None:
-            depth = min(depth, self._depth_cap)
         self._keep_warm = depth > 0
         if depth == 0:
             return False
