@@ -19,10 +19,12 @@ sessions 18 and 22: a median 0.45-0.59 s alone, 1.6-2.6 s beside four or more), 
 during one waits for it. Since context creations hold nothing (engine/gpu/context.py), they are logged as
 `begin`/`end` of kind `context`, and it counts those that overlapped a window or its drain.
 
-Two figures watch fixed costs that no phase clock sees: every hold's length by the step it ended in (a
+Three figures watch fixed costs that no phase clock sees: every hold's length by the step it ended in (a
 finished evaluation's release grew from 0.08 s to 0.4-0.6 s a hold when the trials began keeping their
-allocator cache, sessions 18-22, and nothing showed it), and the releases that overlapped a context
-creation against those that did not (creations slow other processes' frees, session 25).
+allocator cache, sessions 18-22, and nothing showed it), the releases that overlapped a context
+creation against those that did not (creations slow other processes' frees, session 25), and each spare's
+wait from its context to its first warm-up turn (10-30 s in session 34's quarter sweep against 0.3 s before,
+seen only when jobs began to wait for their spares).
 
     python bench/lock_timeline.py LOCKLOG [--json OUT] [--top 12]     # LOCKLOG may be gzipped (.gz), as committed
 """
@@ -136,6 +138,36 @@ def context_creations(events: list[LockEvent]) -> list[tuple[float, float]]:
     return out
 
 
+SLOW_FIRST_TURN_S = 5.0  # a spare that waited longer for its first warm-up turn is counted apart
+
+
+def spares_first_turn(events: list[LockEvent]) -> list[float]:
+    """Each spare's wait from its CUDA context (`end context`) to its first warm-up turn (its first `want` in
+    step `warm`): the time it yielded to announced jobs (engine/gpu/turns.py) before its warm-up could start.
+    In session 34's quarter sweep spares waited 10-30 s here (a job's announcement kept too long), 0.3 s in
+    session 33's; no figure showed it until jobs waited for their spares."""
+    made: dict[int, float] = {}  # pid -> when its context was made, until its first turn is counted
+    counted: set[int] = set()  # later warm-up turns are no first turns
+    waits: list[float] = []
+    for e in events:
+        if e.kind == "context" and e.event == "end" and e.pid not in made and e.pid not in counted:
+            made[e.pid] = e.t
+        elif e.event == "want" and e.kind == "read" and e.step == "warm" and e.pid in made:
+            waits.append(e.t - made.pop(e.pid))
+            counted.add(e.pid)
+    return waits
+
+
+def first_turn_summary(waits: list[float]) -> list[float]:
+    """[spares, median s, p90 s, max s, spares over SLOW_FIRST_TURN_S] of spares_first_turn's waits."""
+    if not waits:
+        return []
+    ordered = sorted(waits)
+    return [float(len(ordered)), round(statistics.median(ordered), 3),
+            round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 3), round(ordered[-1], 3),
+            float(sum(w > SLOW_FIRST_TURN_S for w in ordered))]
+
+
 def _overlaps(span: tuple[float, float], others: list[tuple[float, float]]) -> bool:
     return any(start < span[1] and end > span[0] for start, end in others)
 
@@ -185,7 +217,8 @@ def timeline(events: list[LockEvent]) -> dict[str, object]:
     last_read_drop: tuple[float, str] = (float("-inf"), "")
     if not events:
         return {"wall_s": 0.0, "split_s": {}, "sole_drain_s": {}, "reader_wait_s": {}, "windows": 0,
-                "last_holder_s": {}, "last_holder_n": {}, "context_turns": {}, "hold_lengths": {}, "creations": {}}
+                "last_holder_s": {}, "last_holder_n": {}, "context_turns": {}, "hold_lengths": {}, "creations": {},
+                "spares_first_turn": []}
     windows = 0
     last = events[0].t
     for e in events:
@@ -235,7 +268,8 @@ def timeline(events: list[LockEvent]) -> dict[str, object]:
             "reader_wait_s": {k: round(v, 3) for k, v in reader_wait.items()}, "windows": windows,
             "last_holder_s": {k: round(v, 3) for k, v in last_holder.most_common()},
             "last_holder_n": dict(last_holder_n), "context_turns": context_turns(events),
-            "hold_lengths": hold_lengths(held), "creations": creations_beside(events, held)}
+            "hold_lengths": hold_lengths(held), "creations": creations_beside(events, held),
+            "spares_first_turn": first_turn_summary(spares_first_turn(events))}
 
 
 def format_timeline(t: dict[str, object], top: int = 12) -> str:
@@ -271,6 +305,11 @@ def format_timeline(t: dict[str, object], top: int = 12) -> str:
         lines += ["", f"context creations (no hold): {int(n)}, median {median:.2f} s; {int(inside)} during a window "
                       f"or its drain", f"finished evaluations' releases beside a creation: {int(nb)}, median "
                       f"{mb:.3f} s; apart from any: {int(na)}, median {ma:.3f} s"]
+    first = t.get("spares_first_turn") or []
+    if first:
+        n, median, p90, longest, slow = first  # type: ignore[misc]
+        lines += ["", f"spares' wait from their context to their first warm-up turn: {int(n)} spares, median "
+                      f"{median:.2f} s, p90 {p90:.2f} s, max {longest:.2f} s, {int(slow)} over {SLOW_FIRST_TURN_S:g} s"]
     waits = t["reader_wait_s"]
     lines += ["", f"readers waited {waits.get('behind_writer', 0.0):.1f} s (summed over readers) while a writer held, "  # type: ignore[union-attr]
                   f"drained or took the GPU, {waits.get('other', 0.0):.1f} s otherwise"]  # type: ignore[union-attr]
@@ -292,6 +331,9 @@ def brief(t: dict[str, object]) -> str:
     made = t.get("creations") or {}
     if made:
         line += f"; {int(made['in_windows'][0])} of {int(made['creations'][0])} context creations in a window"  # type: ignore[index]
+    first = t.get("spares_first_turn") or []
+    if first:
+        line += f"; spares' first turn p90 {first[2]:.2f} s"  # type: ignore[index]
     return line
 
 

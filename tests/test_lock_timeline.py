@@ -188,3 +188,26 @@ def test_a_gzipped_log_reads_as_the_plain_one_and_a_log_without_events_is_refuse
     empty.write_bytes(gzip.compress(b"not a lock log\n"))
     assert main([str(empty), "--brief"]) == 2
     assert "no lock events" in capsys.readouterr().err
+
+
+def test_each_spares_wait_from_its_context_to_its_first_warm_up_turn() -> None:
+    """Spare 1 asks for its first warm-up turn 0.2 s after its context, spare 2 only 12 s after (it yielded to
+    announced jobs); a later turn of spare 1 and a job's read are no first turns."""
+    from lock_timeline import first_turn_summary, spares_first_turn
+
+    e = [LockEvent(0.0, 1, "begin", "context", "warm"), LockEvent(1.0, 1, "end", "context", "warm"),
+         LockEvent(1.2, 1, "want", "read", "warm"), LockEvent(1.2, 1, "got", "read", "warm"),
+         LockEvent(1.3, 1, "drop", "read", "warm"), LockEvent(2.0, 2, "end", "context", "warm"),
+         LockEvent(3.0, 1, "want", "read", "warm"), LockEvent(3.0, 1, "got", "read", "warm"),
+         LockEvent(3.1, 1, "drop", "read", "warm"), LockEvent(5.0, 9, "want", "read", "gpu_wait"),
+         LockEvent(5.0, 9, "got", "read", "gpu_wait"), LockEvent(6.0, 9, "drop", "read", "correctness"),
+         LockEvent(14.0, 2, "want", "read", "warm"), LockEvent(14.0, 2, "got", "read", "warm"),
+         LockEvent(14.1, 2, "drop", "read", "warm")]
+    waits = spares_first_turn(e)
+    assert [round(w, 3) for w in waits] == [0.2, 12.0]
+    assert first_turn_summary(waits) == [2.0, 6.1, 12.0, 12.0, 1.0]
+    t = timeline(e)
+    assert t["spares_first_turn"] == [2.0, 6.1, 12.0, 12.0, 1.0]
+    assert "2 spares, median 6.10 s, p90 12.00 s, max 12.00 s, 1 over 5 s" in format_timeline(t)
+    from lock_timeline import brief
+    assert brief(t).endswith("; spares' first turn p90 12.00 s")
