@@ -6,8 +6,9 @@ other readers and never inside a timed window. Among readers, a job goes first: 
 with a job announces it (a file named after its pid in `<lock>.jobs/`) while it waits at the GPU lock, and
 an idle spare takes its read hold only while no live job is announced, so a warm-up for a *later* round
 never sits between this round's job and the GPU. A spare that is handed a job while it warms announces that
-job while it waits for each turn (not after: see warmup_turn) and stops yielding. Announcements of dead processes are ignored (and removed); an idle spare yields at
-most `max_yield_s`, so a stale file can delay a warm-up, never stop it.
+job while it waits for each turn (not after: see warmup_turn) and stops yielding. Announcements of dead
+processes are ignored (and removed); an idle spare yields at most `max_yield_s`, so a stale file can delay a
+warm-up, never stop it.
 """
 
 from __future__ import annotations
