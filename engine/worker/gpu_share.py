@@ -21,6 +21,7 @@ _STATE: dict[str, Any] = {"hold": None, "reservation": None, "host_reservation":
                           "exclusive_s": 0.0, "since": 0.0, "yields": 0, "paused": 0,
                           "off_gpu_builds": 0, "window_ahead": None}
 HOLD_TOTALS = ("gpu_exclusive", "gpu_shared", "gpu_yields", "gpu_window_pauses", "gpu_off_builds")  # seconds()' keys: no steps
+HOLD_COUNTS = ("gpu_yields", "gpu_window_pauses", "gpu_off_builds")  # of those, the ones that count, not seconds
 T = TypeVar("T")
 GROW_TIMEOUT_S = 30.0  # two evaluations that each wait to grow beside the other would wait for ever
 BUDGET_TTL_S = 1.0  # the card's budget is re-read at most this often while a reservation waits
