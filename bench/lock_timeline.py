@@ -111,6 +111,11 @@ def holds(events: list[LockEvent]) -> Held:
     return out
 
 
+def _p90(ordered: list[float]) -> float:
+    """The 90th percentile of sorted values (the nearest rank at or above), rounded as the tables print."""
+    return round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 3)
+
+
 def hold_lengths(held: Held) -> dict[str, list[float]]:
     """`kind step` -> [holds, seconds in all, median s, 90th percentile s], the largest sum first."""
     lengths: dict[str, list[float]] = collections.defaultdict(list)
@@ -119,8 +124,7 @@ def hold_lengths(held: Held) -> dict[str, list[float]]:
     out = {}
     for key, v in sorted(lengths.items(), key=lambda kv: -sum(kv[1])):
         v.sort()
-        out[key] = [float(len(v)), round(sum(v), 3), round(statistics.median(v), 3),
-                    round(v[min(len(v) - 1, int(0.9 * len(v)))], 3)]
+        out[key] = [float(len(v)), round(sum(v), 3), round(statistics.median(v), 3), _p90(v)]
     return out
 
 
@@ -163,8 +167,7 @@ def first_turn_summary(waits: list[float]) -> list[float]:
     if not waits:
         return []
     ordered = sorted(waits)
-    return [float(len(ordered)), round(statistics.median(ordered), 3),
-            round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 3), round(ordered[-1], 3),
+    return [float(len(ordered)), round(statistics.median(ordered), 3), _p90(ordered), round(ordered[-1], 3),
             float(sum(w > SLOW_FIRST_TURN_S for w in ordered))]
 
 
