@@ -6,7 +6,7 @@ other readers and never inside a timed window. Among readers, a job goes first: 
 with a job announces it (a file named after its pid in `<lock>.jobs/`) while it waits at the GPU lock, and
 an idle spare takes its read hold only while no live job is announced, so a warm-up for a *later* round
 never sits between this round's job and the GPU. A spare that is handed a job while it warms announces that
-job while it waits for each turn (not after: see warmup_turn) and stops yielding. Announcements of dead
+job while it waits for each turn (not after: see acquire_as_job) and stops yielding. Announcements of dead
 processes are ignored (and removed); an idle spare yields at most `max_yield_s`, so a stale file can delay a
 warm-up, never stop it.
 """
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from cudaforge.engine.gpu.lock import process_alive
-from cudaforge.engine.gpu.rwlock import LOG_ENV, log_event
+from cudaforge.engine.gpu.rwlock import LOG_ENV, READ, Hold, acquire, log_event
 
 _ANNOUNCED: list[Path] = []
 # A warm-up that still yields after this long writes, once, which processes' announcements it waits for (the
@@ -55,6 +55,18 @@ def withdraw_job(lock_path: str | os.PathLike[str] | None = None) -> None:
                 path.unlink()
             _ANNOUNCED.remove(path)
             log_event("withdraw", "job")
+
+
+def acquire_as_job(lock_path: str | os.PathLike[str], kind: str) -> Hold:
+    """Take the GPU lock (`kind`) as a job: announced while it waits, so idle spares' warm-ups let it go first,
+    and withdrawn once it holds the lock or gave up. Kept after that, an announcement held every idle spare
+    back (session 34's sweep: a spare handed its job mid warm-up kept it through the rest of its warm-up and
+    its job's wait for memory; spares yielded 10-30 s and jobs waited 62.7 s for them)."""
+    announce_job(lock_path)
+    try:
+        return acquire(lock_path, kind)
+    finally:
+        withdraw_job(lock_path)
 
 
 def jobs_waiting(lock_path: str | os.PathLike[str]) -> bool:
@@ -92,25 +104,13 @@ def announced_jobs(lock_path: str | os.PathLike[str], first_only: bool = False) 
 def warmup_turn(lock_path: str, has_job: Callable[[], bool], *, max_yield_s: float = 30.0,
                 poll_s: float = 0.02) -> Iterator[float]:
     """Hold the GPU lock as a reader for a spare's warm-up, letting announced jobs go first; yields the
-    seconds spent waiting. Once this spare has a job itself it announces it and waits like any job, and
-    withdraws the announcement once it holds the GPU: kept through the rest of its warm-up and its job's wait
-    for memory, it held every idle spare back (session 34's sweep: spares yielded 10-30 s, were handed jobs
-    while still warming and announced in turn, and jobs waited 62.7 s for spares). The hold is released
-    after the device is synchronized (rwlock.Hold.release)."""
-    from cudaforge.engine.gpu.rwlock import READ, acquire
-
+    seconds spent waiting. Once this spare has a job itself it waits like any job (acquire_as_job). The hold
+    is released after the device is synchronized (rwlock.Hold.release)."""
     start = time.monotonic()
     logged = 0  # yields written to the lock log: the first, and one after LOG_YIELD_AFTER_S
     while True:
         if has_job() or time.monotonic() - start > max_yield_s:
-            if has_job():  # announced while it waits, as a job's worker is (gpu_share._switch), not after
-                announce_job(lock_path)
-                try:
-                    hold = acquire(lock_path, READ)
-                finally:
-                    withdraw_job(lock_path)
-            else:
-                hold = acquire(lock_path, READ)
+            hold = acquire_as_job(lock_path, READ) if has_job() else acquire(lock_path, READ)
             break
         if not jobs_waiting(lock_path):
             hold = acquire(lock_path, READ)

@@ -29,8 +29,8 @@ rwlock.STEP_LABEL[0] = current_step  # the lock log (rwlock.LOG_ENV) names the s
 
 
 def _switch(lock_path: str | None, kind: str, wait_phase: str) -> None:
-    from cudaforge.engine.gpu.rwlock import WRITE, acquire
-    from cudaforge.engine.gpu.turns import announce_job, withdraw_job
+    from cudaforge.engine.gpu.rwlock import WRITE
+    from cudaforge.engine.gpu.turns import acquire_as_job, announce_job
 
     current = _STATE["hold"]
     if current is not None and current.held and current.kind == kind:
@@ -40,11 +40,9 @@ def _switch(lock_path: str | None, kind: str, wait_phase: str) -> None:
         return
     resume = current_phase()
     phase(wait_phase)
-    announce_job(lock_path)  # while it waits, idle spares' warm-ups let it go first (engine/gpu/turns.py)
     try:
-        _STATE["hold"] = acquire(lock_path, kind)
+        _STATE["hold"] = acquire_as_job(lock_path, kind)  # idle spares' warm-ups let it go first while it waits
     finally:
-        withdraw_job(lock_path)
         if kind == WRITE:
             _STATE["window_ahead"] = None  # the window it prepared for has the GPU (or never will)
         elif _STATE["window_ahead"] == lock_path:
