@@ -299,6 +299,16 @@ def _stream(device: Any) -> int:
 def word_sums(raw: Any, key: tuple[int, int]) -> tuple[int, int] | None:
     """observe.word_sums for a flat contiguous int32 tensor on a GPU in one launch, `key` the weights'
     (scale, shift); None where the kernels cannot be used (the caller's PyTorch form then)."""
+    queued = word_sums_queued(raw, key)
+    if queued is None:
+        return None
+    plain, weighted = queued.tolist()  # int64 sums wrap modulo 2**64, as the kernel's do
+    return int(plain), int(weighted)
+
+
+def word_sums_queued(raw: Any, key: tuple[int, int]) -> Any | None:
+    """word_sums' two sums as a 2-element int64 tensor on the device, queued and not waited for (the caller
+    reads many at once: observe.fingerprints); None where the kernels cannot be used."""
     import torch
 
     if raw.dtype != torch.int32 or not raw.is_contiguous():
@@ -310,8 +320,7 @@ def word_sums(raw: Any, key: tuple[int, int]) -> tuple[int, int] | None:
     scale, shift = key
     _launch(loaded, "cudaforge_check_word_sums", "QqqqqQ",
             (raw.data_ptr(), raw.numel(), scale, shift, 0, rows.data_ptr()), _stream(raw.device))
-    plain, weighted = rows.sum(dim=0).tolist()  # int64 sums wrap modulo 2**64, as the kernel's do
-    return int(plain), int(weighted)
+    return rows.sum(dim=0)
 
 
 _HALF_KINDS = {"float16": 1, "bfloat16": 2}

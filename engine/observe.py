@@ -144,13 +144,51 @@ def fingerprint(t: Any) -> tuple[Any, ...]:
     their calls, the outputs a cache probe compares with the next call's."""
     import torch
 
-    if not isinstance(t, torch.Tensor) or t.numel() == 0:
+    if not isinstance(t, torch.Tensor):
         return (0,)
-    if t.device.type == "cpu":  # on the host, a real hash of the bytes is cheaper than the sums below
-        import hashlib
+    return fingerprints([t])[0]
 
-        data = t.detach().contiguous().view(-1).view(torch.uint8).numpy()
-        return (hashlib.blake2b(memoryview(data), digest_size=16).hexdigest(), t.numel(), str(t.dtype))
+
+def fingerprints(values: list[Any]) -> list[Any]:
+    """Each tensor's fingerprint (`fingerprint`); other values as they are (compared by value). The GPU
+    tensors' sums are all queued first and read back together, one host sync per device: the shared
+    weights' check fingerprints every parameter after each candidate call (hundreds in a DenseNet), and a
+    sync per tensor waited each time for the GPU's turn among the processes beside it."""
+    import torch
+
+    out = list(values)
+    queued: dict[Any, list[tuple[int, Any, int, str]]] = {}  # device -> (index, its two sums queued, numel, dtype)
+    for k, v in enumerate(values):
+        if not isinstance(v, torch.Tensor):
+            continue
+        if v.numel() == 0:
+            out[k] = (0,)
+        elif v.device.type == "cpu":
+            out[k] = _host_fingerprint(v)
+        else:
+            queued.setdefault(v.device, []).append((k, word_sums_queued(_words(v)), v.numel(), str(v.dtype)))
+    for entries in queued.values():
+        sums = torch.stack([q for _, q, _, _ in entries]).tolist()  # one sync for all of this device's tensors
+        for (k, _, numel, dtype), (plain, weighted) in zip(entries, sums, strict=True):
+            out[k] = (int(plain), int(weighted), numel, dtype)
+    return out
+
+
+def _host_fingerprint(t: Any) -> tuple[Any, ...]:
+    """On the host a real hash of the bytes is cheaper than the sums."""
+    import hashlib
+
+    import torch
+
+    data = t.detach().contiguous().view(-1).view(torch.uint8).numpy()
+    return (hashlib.blake2b(memoryview(data), digest_size=16).hexdigest(), t.numel(), str(t.dtype))
+
+
+def _words(t: Any) -> Any:
+    """A tensor's memory as flat raw words (int32 where its size and offset allow, else bytes): a view of a
+    dense tensor, a copy of one that is not."""
+    import torch
+
     flat = flat_view(t.detach())  # the memory's words in memory order: no copy of a dense tensor
     if not flat.is_contiguous():
         flat = flat.contiguous()
@@ -159,32 +197,34 @@ def fingerprint(t: Any) -> tuple[Any, ...]:
     if nbytes % 4 == 0:
         with contextlib.suppress(RuntimeError):  # a view at an offset not aligned to 4 bytes stays in bytes
             raw = raw.view(torch.int32)
-    plain, weighted = word_sums(raw)
-    return (plain, weighted, t.numel(), str(t.dtype))
-
-
-def fingerprints(values: list[Any]) -> list[Any]:
-    """Each tensor's fingerprint; other values as they are (compared by value)."""
-    import torch
-
-    return [fingerprint(v) if isinstance(v, torch.Tensor) else v for v in values]
+    return raw
 
 
 def word_sums(raw: Any) -> tuple[int, int]:
     """The GPU fingerprint's two sums over a flat integer tensor (the raw words), in slices where it
     lives: the plain sum and the sum weighted by the keyed hash of each position (both modulo 2**64)."""
+    plain, weighted = word_sums_queued(raw).tolist()
+    return int(plain), int(weighted)
 
+
+def word_sums_queued(raw: Any) -> Any:
+    """word_sums as a 2-element int64 tensor on the words' device, its work queued and not waited for."""
     if raw.device.type == "cuda":
         from cudaforge.engine import check_kernels
 
-        fused = check_kernels.word_sums(raw, _KEY)  # one launch; the same sums (check_kernels.py)
+        fused = check_kernels.word_sums_queued(raw, _KEY)  # one launch; the same sums (check_kernels.py)
         if fused is not None:
             return fused
-    return word_sums_in_slices(raw)
+    return _word_sums_in_slices_queued(raw)
 
 
 def word_sums_in_slices(raw: Any) -> tuple[int, int]:
     """word_sums' PyTorch form (the host, and the GPU where the fused kernel cannot run)."""
+    plain, weighted = _word_sums_in_slices_queued(raw).tolist()
+    return int(plain), int(weighted)
+
+
+def _word_sums_in_slices_queued(raw: Any) -> Any:
     import torch
 
     s1 = torch.zeros((), dtype=torch.int64, device=raw.device)
@@ -198,8 +238,7 @@ def word_sums_in_slices(raw: Any) -> tuple[int, int]:
         s1 += part.sum()
         s2 += (part * weight).sum()
         del part, weight
-    plain, weighted = torch.stack((s1, s2)).tolist()  # one device sync for both
-    return int(plain), int(weighted)
+    return torch.stack((s1, s2))
 
 
 def bits_equal(a: Any, b: Any) -> bool:

@@ -56,6 +56,22 @@ def test_word_sums_match_the_pytorch_form(n: int) -> None:
 
 
 @gpu
+def test_fingerprints_read_together_match_one_at_a_time() -> None:
+    """observe.fingerprints queues every GPU tensor's sums and syncs once: the same fingerprints as one call
+    each, for dense tensors, a strided view (a copy of its words), odd byte sizes and an empty tensor."""
+    values: list[object] = [torch.randn(1000, device="cuda"), torch.randn(64, 64, device="cuda").t(),
+                            torch.arange(7, dtype=torch.uint8, device="cuda"), torch.empty(0, device="cuda"),
+                            3, torch.randn(5), torch.randint(0, 9, (5_000_003,), dtype=torch.int32, device="cuda")]
+    together = observe.fingerprints(values)
+    assert together == [observe.fingerprint(v) if isinstance(v, torch.Tensor) else v for v in values]
+    assert together[0][:2] == observe.word_sums_in_slices(values[0].view(torch.int32))  # type: ignore[union-attr]
+    changed = [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+    changed[6][123] += 1  # type: ignore[index]
+    assert [a != b for a, b in zip(observe.fingerprints(changed), together, strict=True)] == \
+        [False] * 6 + [True]
+
+
+@gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("specials", [False, True])
 def test_comparison_statistics_match_the_pytorch_form(dtype: torch.dtype, specials: bool) -> None:
