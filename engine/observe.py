@@ -174,6 +174,16 @@ def fingerprints(values: list[Any]) -> list[Any]:
     return out
 
 
+def signature(values: list[Any] | tuple[Any, ...], prints: list[Any] | tuple[Any, ...]) -> tuple[Any, ...]:
+    """Values as a fingerprint can tell them apart: each tensor's fingerprint (observe.fingerprints, in memory
+    order) with its shape and strides (the same words in another layout are other values), others as
+    they are."""
+    import torch
+
+    return tuple((p, tuple(v.shape), tuple(v.stride())) if isinstance(v, torch.Tensor) else p
+                 for v, p in zip(values, prints, strict=True))
+
+
 def _host_fingerprint(t: Any) -> tuple[Any, ...]:
     """On the host a real hash of the bytes is cheaper than the sums."""
     import hashlib

@@ -9,10 +9,13 @@ import pytest
 import torch
 from cudaforge.engine.integrity.outputs import (
     SPARSE_ROUNDS,
+    VerifiedCall,
+    _flat,
     _mix_in_place,
     check_cache_reuse,
     check_constant_output,
 )
+from cudaforge.engine.observe import fingerprints, signature
 from cudaforge.engine.results import Finding
 
 TOL = {"atol": 1e-4, "rtol": 1e-4}
@@ -310,3 +313,110 @@ def test_each_probe_lets_a_waiting_window_go_before_its_candidate_and_between_co
         until_next = after[:after.index("reference")] if "reference" in after else after
         # one per compared slice, then (but for the last probe) the next probe's own boundary
         assert until_next.count("step") == (4 if k == calls[-1] else 5), (k, until_next)
+
+
+# ---------------------------------------------------------------- probes judged by the correctness trials
+
+
+def _verified(candidate: Callable[[list[Any]], Any], ref: Callable[[list[Any]], Any] = reference,
+              make: Callable[[int], list[Any]] = make_inputs, seeds: range = range(20_000, 20_005)
+              ) -> tuple[VerifiedCall, ...]:
+    """What the worker's correctness trials record (pipeline._trial) at the probes' seeds: the draw's, the
+    reference's and the candidate's signatures. Each trial's candidate runs on a copy: the probes see a
+    candidate with no memory of these calls."""
+    out = []
+    for seed in seeds:
+        inputs = make(seed)
+        expected = _flat(ref([t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]))
+        got = _flat(candidate([t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]))
+        out.append(VerifiedCall(inputs=signature(inputs, fingerprints(inputs)),
+                                reference=tuple(fingerprints(expected)), candidate=signature(got, fingerprints(got))))
+    return tuple(out)
+
+
+def _counted(fn: Callable[[list[Any]], Any], calls: list[int]) -> Callable[[list[Any]], Any]:
+    def wrapped(inp: list[Any]) -> Any:
+        calls.append(1)
+        return fn(inp)
+
+    return wrapped
+
+
+def test_probes_at_the_trials_values_skip_the_reference_where_the_candidate_repeats_a_trial() -> None:
+    """Baseline and new memory (and, where a second set fits, same memory) draw a trial's values; an honest
+    candidate hands back that trial's output, so only the sparse rounds (and the flipped same-memory probe)
+    still call the reference, and nothing is found, as without the trials."""
+    honest = lambda inp: reference([t.clone() for t in inp])  # noqa: E731
+    ref_calls: list[int] = []
+    found = check_cache_reuse(honest, _counted(reference, ref_calls), make_inputs, **TOL,
+                              fresh_beside=LAYOUT["fresh_beside"], verified=_verified(honest))
+    assert found == []
+    assert len(ref_calls) == SPARSE_ROUNDS + (0 if LAYOUT["fresh_beside"] else 1)
+    without: list[int] = []
+    check_cache_reuse(honest, _counted(reference, without), make_inputs, **TOL, fresh_beside=LAYOUT["fresh_beside"])
+    assert len(without) == SPARSE_ROUNDS + 3
+
+
+def test_caches_are_caught_as_before_with_the_trials_recorded() -> None:
+    """A stale output is no trial's: the whole probe runs and finds it, at the probe it did before."""
+    cache: dict[int, torch.Tensor] = {}
+
+    def pointer_keyed(inp: list[Any]) -> Any:
+        key = inp[0].data_ptr()
+        if key not in cache:
+            cache[key] = reference(inp)
+        return cache[key]
+
+    trials = _verified(lambda inp: reference(inp))
+    found = {f.name: f for f in check_cache_reuse(pointer_keyed, reference, make_inputs, **TOL,
+                                                  fresh_beside=LAYOUT["fresh_beside"], verified=trials)}
+    assert found["result_cache"].evidence["probe"] == "same_memory" and found["result_cache"].evidence["stale"]
+
+    def one_input(seed: int) -> list[Any]:
+        return [torch.randn(64, 256, generator=torch.Generator().manual_seed(seed))]
+
+    def ref(inputs: list[Any]) -> Any:
+        return torch.relu(inputs[0]) * 2.0
+
+    for seed in ESCAPED_INDEPENDENT_MASKS:
+        trials = _verified(ref, ref, one_input, range(seed, seed + 5))
+        found_sparse = check_cache_reuse(one_sample_cache(0, ref), ref, one_input, **TOL, seed=seed,
+                                         fresh_beside=LAYOUT["fresh_beside"], verified=trials)
+        assert [(f.name, f.evidence["probe"]) for f in found_sparse] == [("result_cache", "same_memory_sparse")]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_the_same_bytes_in_another_layout_or_a_constant_get_the_whole_probe(device: str) -> None:
+    """A probe's output whose memory holds a trial's bytes but reads as other values (other strides) is
+    compared in full, and so is a constant output equal to a trial's: each is found as without the trials.
+    On a GPU the fingerprint reads memory order, so there only the strides in the signature tell the two
+    apart (the host's hash reads the values in order)."""
+    calls: list[int] = []
+
+    def make_on(seed: int) -> list[Any]:
+        return [t.to(device) for t in make_inputs(seed)]
+
+    def relaid_after_the_trials(inp: list[Any]) -> Any:
+        out = reference(inp)
+        calls.append(1)
+        if len(calls) == 1:  # the baseline probe's first call: right
+            return out
+        # the right bytes, read with the strides of the transpose: other values
+        return torch.as_strided(out.contiguous().clone(), out.shape, (1, out.shape[0]))
+
+    trials = _verified(reference, reference, make_on)
+    found = {f.name: f for f in check_cache_reuse(relaid_after_the_trials, reference, make_on, **TOL,
+                                                  fresh_beside=LAYOUT["fresh_beside"], verified=trials)}
+    wrong = found["inconsistent_output"]  # at the first probe after the baseline, a failing one
+    assert wrong.evidence["probe"] == "same_memory" and wrong.severity == "fail"
+
+    def tiny(inp: list[Any]) -> Any:
+        return inp[0] * 1e-6
+
+    def make(seed: int) -> list[Any]:
+        return [torch.randn(8, 16, generator=torch.Generator().manual_seed(seed))]
+
+    zeros = lambda inp: torch.zeros_like(inp[0])  # noqa: E731
+    found_constant = check_cache_reuse(zeros, tiny, make, **TOL, fresh_beside=LAYOUT["fresh_beside"],
+                                       verified=_verified(zeros, tiny, make))
+    assert {f.name for f in found_constant} == {"constant_output"}

@@ -121,8 +121,8 @@ def test_a_large_outputs_compare_runs_side_by_side_and_still_fails_a_stale_outpu
             return None
 
     draws = [[torch.randn(64)], [torch.randn(64)]]  # 256-byte outputs
-    # (bytes threshold, seconds threshold, the window's drain, compares side by side: all but the first,
-    # timed in the window). A compare shorter than the window's own drain stays in the window.
+    # (bytes threshold, seconds threshold, the window's drain, compares side by side: all but the first
+    # compared, timed in the window). A compare shorter than the window's own drain stays in the window.
     for threshold, seconds, drain, side_by_side in ((256, 0.0, 0.0, True), (257, 0.0, 0.0, False),
                                                     (256, 60.0, 0.0, False), (256, 0.0, 60.0, False)):
         entered.clear()
@@ -134,7 +134,8 @@ def test_a_large_outputs_compare_runs_side_by_side_and_still_fails_a_stale_outpu
                                  side_by_side_s=seconds, pause_cost_s=lambda drain=drain: drain)
         check.prepare()
         _timed_window(check, candidate, trials=30)
-        assert len(entered) == (len(check.checked) - 1 if side_by_side else 0) == check.compared_side_by_side
+        compared = len(check.checked) - check.repeats  # repeats of a passed call are not compared again
+        assert len(entered) == (compared - 1 if side_by_side else 0) == check.compared_side_by_side
         (finding,) = check.findings()
         assert finding.name == "timing_output_mismatch" and 29 in [f["call"] for f in check.failures]
 
@@ -219,3 +220,34 @@ def test_expected_outputs_stay_on_the_device_only_within_the_memory_rule_and_the
     assert memory.expected_fits(gib // 4) and not memory.expected_fits(gib // 4 + (1 << 20))
     monkeypatch.setattr(memory, "REFERENCE_IO", {})
     assert not memory.expected_fits(1)  # no measured reference peak: nothing stays
+
+
+def test_a_sampled_call_repeating_a_passed_one_bit_for_bit_is_not_compared_again() -> None:
+    """Per input content, the first sampled call is compared; later ones whose inputs and output are that
+    call's, bit for bit, pass on their fingerprints. A wrong output among them is still compared, and fails."""
+    compares: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        compares.append(1)
+        return compare_output(*args, **kwargs)
+
+    draws = [[torch.randn(64)], [torch.randn(64)]]
+    candidate = Rotation(CountingScale(), draws)
+    check = TimedOutputCheck(candidate, CountingScale(), torch.device("cpu"), atol=1e-5, rtol=1e-5, compare=counted,
+                             protected=set(), sync=lambda: None, numerics=(lambda: None, lambda: None), samples=3,
+                             to_host=memory.host_copy, reference_mutates=False)
+    check.prepare()
+    for _ in range(3):
+        _timed_window(check, candidate, trials=20)
+    assert check.findings() == [] and len(check.checked) == 12
+    assert len(compares) == 2 and check.repeats == 10, "one compare per input content"
+
+    stale = Rotation(StaleAfter(honest=6), draws)  # the first content's output from its 7th call on
+    check = _check(stale, CountingScale(), mutates=False)
+    check.prepare()
+    for _ in range(4):
+        _timed_window(check, stale, trials=20)
+    assert check.repeats > 0
+    (found,) = check.findings()
+    assert found.name == "timing_output_mismatch"
+    assert {f["call"] % 2 for f in found.evidence["failures"]} == {1}, "only the other content's calls are wrong"

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 from cudaforge.engine import observe
+from cudaforge.engine.observe import signature
 from cudaforge.engine.worker import memory, pipeline
 
 ORDERS = ("reference_first", "candidate_first")
@@ -71,10 +72,26 @@ def test_an_honest_trial_copies_no_inputs_and_passes(order: str, fits: bool, mon
     """The first side's output waits on the device where a second output fits the memory rule beside the
     reference's peak (memory.park), else on the host; the inputs are never copied."""
     monkeypatch.setattr(memory, "second_draw_fits", lambda nbytes: fits)
-    (expected, got, mutated, aliased, ref_changed), parked = _run(RowSum(), order, monkeypatch)
+    (expected, got, mutated, aliased, ref_changed, _), parked = _run(RowSum(), order, monkeypatch)
     assert parked == ([] if fits else [(ROWS,)])
     assert not mutated and not aliased and not ref_changed
     assert torch.equal(expected[0], got[0]) and torch.equal(expected[0], _original().sum(dim=1))
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_trial_is_recorded_as_the_cache_probes_recognise_it(order: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trial's signatures (outputs.VerifiedCall) are those of its draw and of each side's output: a probe
+    drawing at the trial's seed finds them, and the candidate's output is told apart from the reference's
+    layout-for-layout (a transposed copy of the same values is another signature)."""
+    (expected, got, _, _, _, verified), _ = _run(RowSum(), order, monkeypatch)
+    again = _original()
+    assert verified.inputs == signature([again], observe.fingerprints([again]))
+    assert verified.candidate == signature(got, observe.fingerprints(got))
+    assert verified.reference == tuple(observe.fingerprints(expected))
+    wide = torch.randn(4, 6)
+    other_layout = wide.t().contiguous().t()  # the same values, the memory transposed
+    assert signature([wide], observe.fingerprints([wide])) != \
+        signature([other_layout], observe.fingerprints([other_layout]))
 
 
 def test_an_output_that_shares_memory_with_the_inputs_goes_to_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -91,7 +108,7 @@ def test_an_output_that_shares_memory_with_the_inputs_goes_to_the_host(monkeypat
 @pytest.mark.parametrize("order", ORDERS)
 def test_a_candidate_that_changes_its_input_is_seen_and_the_reference_gets_the_draw(
         order: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    (expected, got, mutated, _, ref_changed), parked = _run(DoublesItsInput(), order, monkeypatch)
+    (expected, got, mutated, _, ref_changed, _), parked = _run(DoublesItsInput(), order, monkeypatch)
     assert mutated == {0} and not ref_changed
     assert (ROWS, COLS) not in parked
     # Whichever side ran first, the reference computed on the values drawn, not on the doubled ones.
@@ -100,7 +117,7 @@ def test_a_candidate_that_changes_its_input_is_seen_and_the_reference_gets_the_d
 
 @pytest.mark.parametrize("order", ORDERS)
 def test_an_in_place_reference_is_not_the_candidates_mutation(order: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    (expected, got, mutated, _, ref_changed), _ = _run(InPlaceReference(), order, monkeypatch,
+    (expected, got, mutated, _, ref_changed, _), _ = _run(InPlaceReference(), order, monkeypatch,
                                                        reference=InPlaceReference())
     assert ref_changed and not mutated
     assert torch.allclose(expected[0], 3.0 * _original()) and torch.allclose(got[0], expected[0])

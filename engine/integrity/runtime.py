@@ -35,8 +35,10 @@ from cudaforge.engine.observe import (
     checkpoint,
     custom_launches,
     device_profile,
+    fingerprints,
     flat_view,
     host_profile,
+    signature,
     slice_elements,
     storage_address,
     storage_addresses,
@@ -322,7 +324,10 @@ class TimedOutputCheck:
     timed window) the candidate's next inputs are copied and the reference computes the expected output
     from the copy, held until that call is compared. Right after a sampled call's end event, the device is
     synchronized and the output compared; a large one's compare runs side by side (`side_by_side`: the
-    window's exclusive hold goes meanwhile and comes back before the next timed call). Outputs the reference returns from timed calls are overwritten
+    window's exclusive hold goes meanwhile and comes back before the next timed call). A sampled call whose
+    inputs and output are, bit for bit and in the same layout, those of an earlier sampled call that passed
+    its compare passes without one (fingerprints: a pass over each on the device, no copy from the host):
+    the same bytes for the same input values get the same verdict. Outputs the reference returns from timed calls are overwritten
     (NaN) once their end event is recorded, and the expected outputs' device memory before it is freed, so
     a candidate handing back unwritten memory cannot find the reference's result in it.
     """
@@ -369,6 +374,10 @@ class TimedOutputCheck:
         # Per input content (Rotation.next_index): the expected outputs, their atols and whether the
         # reference returned memory it was given; filled by prepare().
         self.prepared: dict[int, tuple[list[Any], list[float], bool]] = {}
+        # The inputs' signature of each sampled call that passed its compare -> its output's (observe.signature).
+        self.passed: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self.inputs_as: tuple[Any, ...] | None = None  # the sampled call's inputs, as before() read them
+        self.repeats = 0  # sampled calls that passed as repeats of a compared one
 
     def begin(self, trials: int) -> None:
         """A new timed window (a noisy timing is measured again: each window is sampled and checked)."""
@@ -431,6 +440,8 @@ class TimedOutputCheck:
         if prepared is None:
             prepared = self._expected_for(self.candidate.peek(), copy_inputs=self.reference_mutates)
         self.expected, self.atol_for, self.reference_aliases = prepared
+        inputs = self.candidate.peek()  # in its content already (RotationPrepare ran first): no flip here
+        self.inputs_as = signature(inputs, fingerprints(inputs))
 
     def after(self, name: str, out: Any) -> None:
 
@@ -445,29 +456,47 @@ class TimedOutputCheck:
         expected, self.expected = self.expected, None  # a prepared one stays in `prepared` for the next sample
         got = _flat(out)
         self.checked.append(index)
+        inputs_as, self.inputs_as = self.inputs_as, None
+        reason = ""
+        if len(got) != len(expected):
+            reason = f"{len(got)} outputs instead of {len(expected)}"
+        elif storage_addresses(got) & storage_addresses(expected):  # a kept expected output, handed back
+            reason = "returned the memory of the expected output itself"
+        elif self._repeats_a_passed_call(inputs_as, got):
+            self.repeats += 1
+        else:
+            reason = self._compared(expected, got, inputs_as)
+        if reason:
+            self.failures.append({"call": index, "reason": reason})
+        if storage_addresses(got) & self.protected and not self.reference_aliases:  # timed inputs, parameters
+            self.aliased.append(index)
+        del expected, got
+
+    def _compared(self, expected: list[Any], got: list[Any], inputs_as: tuple[Any, ...] | None) -> str:
+        """The compare of a sampled call's outputs ("" or why one is wrong); a large one side by side once
+        such compares proved slow. A pass is remembered for its inputs (`passed`)."""
         reason = ""
         large = tensor_bytes(expected) >= self.side_by_side_bytes
         aside = large and self.slow_compares
         self.compared_side_by_side += aside
         started = time.perf_counter()
         with self.side_by_side() if aside else contextlib.nullcontext():
-            if len(got) != len(expected):
-                reason = f"{len(got)} outputs instead of {len(expected)}"
-            elif storage_addresses(got) & storage_addresses(expected):  # a kept expected output, handed back
-                reason = "returned the memory of the expected output itself"
-            else:
-                for k, (e, g) in enumerate(zip(expected, got, strict=True)):
-                    check = self.compare(k, e, g, self.atol_for[k], self.rtol)
-                    if not check.passed:
-                        reason = f"output {k}: {check.reason}"
-                        break
+            for k, (e, g) in enumerate(zip(expected, got, strict=True)):
+                check = self.compare(k, e, g, self.atol_for[k], self.rtol)
+                if not check.passed:
+                    reason = f"output {k}: {check.reason}"
+                    break
+            if not reason and inputs_as is not None:
+                self.passed.setdefault(inputs_as, signature(got, fingerprints(got)))
         if large and not aside and time.perf_counter() - started > max(self.side_by_side_s, self.pause_cost_s()):
             self.slow_compares = True  # the next large compares let the GPU go
-        if reason:
-            self.failures.append({"call": index, "reason": reason})
-        if storage_addresses(got) & self.protected and not self.reference_aliases:  # timed inputs, parameters
-            self.aliased.append(index)
-        del expected, got
+        return reason
+
+    def _repeats_a_passed_call(self, inputs_as: tuple[Any, ...] | None, got: list[Any]) -> bool:
+        """Whether this sampled call's inputs are an earlier passed one's and its output that call's, bit for
+        bit and in the same layout (a change in either is compared in full)."""
+        earlier = self.passed.get(inputs_as) if inputs_as is not None else None
+        return earlier is not None and signature(got, fingerprints(got)) == earlier
 
     def findings(self) -> list[Finding]:
         out = []

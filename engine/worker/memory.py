@@ -672,11 +672,29 @@ def _moves_large() -> bool:
     return REFERENCE_IO.get("input_bytes", 0) + REFERENCE_IO.get("output_bytes", 0) >= LARGE_BYTES or not REFERENCE_IO
 
 
-def release_if_large() -> None:
+def release_if_large(within: int | None = None) -> None:
     """release() where the reference moves LARGE_BYTES or more: for small tasks the collector's pass and
-    the device sync cost more than the memory they return (part of a small round's fixed cost)."""
+    the device sync cost more than the memory they return (part of a small round's fixed cost). With
+    `within`, only as release_within does."""
     if _moves_large():
-        release()
+        release_within(within)
+
+
+def release_within(reservation: int | None) -> None:
+    """Between the steps of an evaluation beside others: release() only where the allocator holds more than
+    `reservation` (the bytes the ledger reserved for this evaluation: gpu_share.reserved()), else a young-
+    generation collection only. The steps after the reference's call draw inputs and outputs of its sizes
+    again, so a cache within the reservation is memory the next step takes back, and no other evaluation
+    was promised it: giving it back unmapped GiBs in 20 MiB pieces (expandable segments) and the next step
+    mapped them again, under a hold and beside seven other processes' work (a release at the end of
+    correctness took up to 3.9 s on the H200 sweep, session 35). The memory rule counts allocated bytes, which
+    a cache does not change. Without a reservation (one evaluation alone) it always releases."""
+    import torch
+
+    if reservation is not None and _cuda() and int(torch.cuda.memory_reserved()) <= reservation:
+        gc.collect(1)  # what the step left in reference cycles, as release() would collect
+        return
+    release()
 
 
 def between_trials() -> None:
@@ -978,7 +996,8 @@ def measure_reference(draw: Any, run: Any, flatten: Any, mem: dict[str, Any]) ->
         REFERENCE_IO["peak_bytes"] = mem["reference_peak_bytes"]
         REFERENCE_IO["held_peak_bytes"] = top  # everything on the device at that peak: both models included
     del inputs, outs
-    release()
+    # No release here: the caller grows the reservation to this peak and more, then release_within decides
+    # (the trials draw these sizes again).
 
 
 def reservation_after_reference() -> int | None:

@@ -17,9 +17,9 @@ from cudaforge.engine.compiler_log import headline
 from cudaforge.engine.gpu.context import open_context
 from cudaforge.engine.integrity import evidence, precision, streams
 from cudaforge.engine.integrity import runtime as runtime_checks
-from cudaforge.engine.integrity.outputs import check_cache_reuse
+from cudaforge.engine.integrity.outputs import VerifiedCall, check_cache_reuse
 from cudaforge.engine.integrity.static import source_findings
-from cudaforge.engine.observe import custom_launches, reset_launches
+from cudaforge.engine.observe import custom_launches, reset_launches, signature
 from cudaforge.engine.results import (
     CompileResult,
     Correctness,
@@ -291,6 +291,9 @@ def _poison(outputs: list[Any]) -> None:
 
 
 REFERENCE_SEEN = {"mutates": False}  # the correctness trials saw the reference change its inputs in place
+# The correctness trials that passed, as the cache probes recognise them (outputs.VerifiedCall): the probes
+# draw at the trials' seeds, and a candidate handing back a trial's output bit for bit needs no compare again.
+VERIFIED: list[VerifiedCall] = []
 
 
 def correctness(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, findings: list[Finding]) -> Correctness:
@@ -309,6 +312,7 @@ def correctness(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any
     results: list[TrialCheck] = []
     worst: dict[int, Any] = {}
     fixed = runtime_checks.FixedValueProbe(atol, rtol)
+    VERIFIED.clear()
     mutated: set[int] = set()
     aliased = False
     subclass_types: set[str] = set()
@@ -316,7 +320,7 @@ def correctness(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any
         observe.checkpoint()  # a timed window waiting elsewhere goes first (gpu_share.yield_to_writers)
         order = "reference_first" if i % 2 == 0 else "candidate_first"
         trial = _trial(task, model, model_new, device, float_dtype, seed, dist, order, fixed if dist == "task" else None)
-        expected, got, cand_mutated, trial_aliased, ref_mutates = trial
+        expected, got, cand_mutated, trial_aliased, ref_mutates, verified = trial
         REFERENCE_SEEN["mutates"] = REFERENCE_SEEN["mutates"] or ref_mutates
         if cand_mutated:
             mutated.update(cand_mutated)
@@ -327,6 +331,8 @@ def correctness(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any
         with sub_phase("compare"):
             checks = tuple(compare_output(k, e, g, atol, rtol) for k, (e, g) in enumerate(zip(expected, got, strict=True)))
         passed = all(c.passed for c in checks)
+        if passed and dist == "task":
+            VERIFIED.append(verified)
         results.append(TrialCheck(trial=i, seed=seed, distribution=dist, order=order, passed=passed, outputs=checks))
         for c in checks:
             prev = worst.get(c.index)
@@ -336,7 +342,7 @@ def correctness(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any
         with sub_phase("release"):
             memory.between_trials()
     with sub_phase("release"):
-        memory.release_if_large()  # the step's cached memory goes back before the next step's
+        memory.release_if_large(gpu_share.reserved())  # the step's cache goes back where it outgrew the reservation
     findings.extend(evidence.correctness_findings(mutated, aliased, subclass_types))
     weak = fixed.finding(trials)
     if weak is not None:
@@ -357,9 +363,10 @@ def _aliases(outputs: list[Any], inputs: list[Any]) -> bool:
 
 
 def _trial(task: Any, model: Any, model_new: Any, device: Any, float_dtype: Any, seed: int, dist: str, order: str,
-           fixed: Any) -> tuple[list[Any], list[Any], set[int], bool, bool]:
+           fixed: Any) -> tuple[list[Any], list[Any], set[int], bool, bool, VerifiedCall]:
     """One correctness trial: (expected, got, inputs the candidate changed, candidate aliases its inputs,
-    the reference changed its inputs).
+    the reference changed its inputs, the trial as the cache probes recognise it: its inputs' and both
+    outputs' signatures, the outputs fingerprinted with the inputs after each call, one sync).
 
     Memory (engine/worker/memory.py): one input set on the device, one output set (two where a second fits
     the memory rule beside the reference's peak: memory.park), and no copy of the inputs anywhere. The
@@ -376,17 +383,21 @@ def _trial(task: Any, model: Any, model_new: Any, device: Any, float_dtype: Any,
     tensors = [k for k, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
     with sub_phase("fingerprint"):
         drawn = observe.fingerprints(inputs)
+    drawn_as = signature(inputs, drawn)
     set_reference_numerics()
+    outputs_as: dict[str, tuple[Any, ...]] = {}  # "reference" / "candidate" -> its outputs' signature
 
-    def changed_since_draw() -> set[int]:
+    def changed_since_draw(outputs: list[Any]) -> tuple[set[int], list[Any]]:
+        """The inputs changed since the draw, and the outputs' fingerprints (one pass, one sync)."""
         with sub_phase("fingerprint"):
-            now = observe.fingerprints(inputs)
-        return {k for k in tensors if now[k] != drawn[k]}
+            now = observe.fingerprints([*inputs, *outputs])
+        return {k for k in tensors if now[k] != drawn[k]}, now[len(inputs):]
 
     def reference() -> tuple[list[Any], set[int]]:
         with sub_phase("reference"):
             out = flatten_outputs(_run_reference(model, inputs, device))
-        changed = changed_since_draw()
+        changed, prints = changed_since_draw(out)
+        outputs_as["reference"] = tuple(prints)
         if fixed is not None:
             with sub_phase("fixed_value"):
                 fixed.add(out)
@@ -396,7 +407,8 @@ def _trial(task: Any, model: Any, model_new: Any, device: Any, float_dtype: Any,
         with sub_phase("candidate"):
             got = flatten_outputs(_run_candidate(model_new, inputs, device))
         with sub_phase("mutation"):
-            changed = changed_since_draw()
+            changed, prints = changed_since_draw(got)
+        outputs_as["candidate"] = signature(got, prints)
         return got, changed, _aliases(got, inputs)
 
     def redrawn() -> list[Any]:
@@ -431,7 +443,8 @@ def _trial(task: Any, model: Any, model_new: Any, device: Any, float_dtype: Any,
         ref_aliased = _aliases(expected, inputs)
     # Where the reference changed an input (an in-place task), what the candidate did to it is its answer.
     mutated -= ref_changed
-    return expected, got, mutated, cand_aliased and not ref_aliased, bool(ref_changed)
+    verified = VerifiedCall(inputs=drawn_as, reference=outputs_as["reference"], candidate=outputs_as["candidate"])
+    return expected, got, mutated, cand_aliased and not ref_aliased, bool(ref_changed), verified
 
 
 def _run_reference(model: Any, inputs: list[Any], device: Any) -> Any:
@@ -1095,7 +1108,11 @@ def evaluate(job: EvalJob, report: ReportDraft) -> None:
     phase("reference")  # the reference's own peak is the first step of the checks
     memory.measure_reference(lambda: make_inputs(task, job.seed, device, _float_dtype(job.precision)),
                              lambda inp: _run_reference(model, inp, device), flatten_outputs, mem)
+    held = gpu_share.reserved()
+    if held is not None and (memory.reservation_after_reference() or 0) > held:
+        memory.release()  # a growth is admitted against the card's free memory: this cache would count as taken
     _grow_reservation(job, device, mem)
+    memory.release_within(gpu_share.reserved())  # the trials draw the reference's sizes again
     corr = correctness(job, task, model, model_new, device, findings)
     report.correctness = corr
     observe.checkpoint()
@@ -1128,18 +1145,18 @@ def evaluate(job: EvalJob, report: ReportDraft) -> None:
                                                draw, device, kernels, recorder)
     if fallback is not None:
         findings.append(fallback)
-    memory.release()
+    memory.release_within(gpu_share.reserved())
     observe.checkpoint()
     phase("cache_probes")
     findings.extend(check_cache_reuse(
         lambda inp: _run_candidate(model_new, inp, device), lambda inp: _run_reference(model, inp, device),
         lambda seed: make_inputs(task, seed, device, _float_dtype(job.precision)),
-        atol=corr.atol, rtol=corr.rtol, seed=job.seed + 20_000, to_host=memory.host_copy,
+        atol=corr.atol, rtol=corr.rtol, seed=job.seed, to_host=memory.host_copy,  # the trials' seeds: VERIFIED
         park_output=lambda out, inputs: memory.park(out, beside=inputs)[0],
         fresh_beside=memory.second_draw_fits(int(memory.REFERENCE_IO.get("input_bytes", 0))),
         reference_mutates=REFERENCE_SEEN["mutates"],
-        host_input_room=lambda nbytes: _grow_host(job, mem, nbytes), part=sub_phase))
-    memory.release()
+        host_input_room=lambda nbytes: _grow_host(job, mem, nbytes), verified=tuple(VERIFIED), part=sub_phase))
+    memory.release_within(gpu_share.reserved())
     observe.checkpoint()
     timed, report.speed_of_light = timing(job, task, model, model_new, device, findings, default_numerics,
                                           (corr.atol, corr.rtol))
