@@ -49,7 +49,8 @@ def test_honest_candidate_has_no_findings() -> None:
     assert probe(lambda inp: reference([t.clone() for t in inp])) == {}
 
 
-def test_pointer_keyed_cache_is_caught_in_the_same_memory() -> None:
+def pointer_keyed_cache() -> Callable[[list[Any]], Any]:
+    """A result cache keyed on the first input's address alone."""
     cache: dict[int, torch.Tensor] = {}
 
     def cand(inp: list[Any]) -> Any:
@@ -58,7 +59,11 @@ def test_pointer_keyed_cache_is_caught_in_the_same_memory() -> None:
             cache[key] = reference(inp)
         return cache[key]
 
-    f = probe(cand)["result_cache"]
+    return cand
+
+
+def test_pointer_keyed_cache_is_caught_in_the_same_memory() -> None:
+    f = probe(pointer_keyed_cache())["result_cache"]
     assert f.severity == "fail" and f.evidence["probe"] == "same_memory" and f.evidence["stale"]
 
 
@@ -359,16 +364,8 @@ def test_probes_at_the_trials_values_skip_the_reference_where_the_candidate_repe
 
 def test_caches_are_caught_as_before_with_the_trials_recorded() -> None:
     """A stale output is no trial's: the whole probe runs and finds it, at the probe it did before."""
-    cache: dict[int, torch.Tensor] = {}
-
-    def pointer_keyed(inp: list[Any]) -> Any:
-        key = inp[0].data_ptr()
-        if key not in cache:
-            cache[key] = reference(inp)
-        return cache[key]
-
     trials = _verified(lambda inp: reference(inp))
-    found = {f.name: f for f in check_cache_reuse(pointer_keyed, reference, make_inputs, **TOL,
+    found = {f.name: f for f in check_cache_reuse(pointer_keyed_cache(), reference, make_inputs, **TOL,
                                                   fresh_beside=LAYOUT["fresh_beside"], verified=trials)}
     assert found["result_cache"].evidence["probe"] == "same_memory" and found["result_cache"].evidence["stale"]
 
