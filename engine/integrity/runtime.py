@@ -436,11 +436,11 @@ class TimedOutputCheck:
     def before(self, name: str) -> None:
         if name != "candidate" or self.index not in self.sample:
             return
+        inputs = self.candidate.peek()  # in its content already (RotationPrepare ran first): no flip here
         prepared = self.prepared.get(self.candidate.next_index())
         if prepared is None:
-            prepared = self._expected_for(self.candidate.peek(), copy_inputs=self.reference_mutates)
+            prepared = self._expected_for(inputs, copy_inputs=self.reference_mutates)
         self.expected, self.atol_for, self.reference_aliases = prepared
-        inputs = self.candidate.peek()  # in its content already (RotationPrepare ran first): no flip here
         self.inputs_as = signature(inputs, fingerprints(inputs))
 
     def after(self, name: str, out: Any) -> None:
@@ -486,8 +486,8 @@ class TimedOutputCheck:
                 if not check.passed:
                     reason = f"output {k}: {check.reason}"
                     break
-            if not reason and inputs_as is not None:
-                self.passed.setdefault(inputs_as, signature(got, fingerprints(got)))
+            if not reason and inputs_as is not None and inputs_as not in self.passed:
+                self.passed[inputs_as] = signature(got, fingerprints(got))  # a pass over the output: once per content
         if large and not aside and time.perf_counter() - started > max(self.side_by_side_s, self.pause_cost_s()):
             self.slow_compares = True  # the next large compares let the GPU go
         return reason

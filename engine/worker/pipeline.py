@@ -993,6 +993,9 @@ def _grow_reservation(job: EvalJob, device: Any, mem: dict[str, Any]) -> None:
     if not job.gpu_lock_path or device.type != "cuda":
         return
     need = memory.reservation_after_reference()
+    held = gpu_share.reserved()
+    if need is not None and held is not None and need > held:
+        memory.release()  # a growth is admitted against the card's free memory: this cache would count as taken
     if need is not None:
         note = gpu_share.grow(need, _budget(job, device))
         if note:
@@ -1108,9 +1111,6 @@ def evaluate(job: EvalJob, report: ReportDraft) -> None:
     phase("reference")  # the reference's own peak is the first step of the checks
     memory.measure_reference(lambda: make_inputs(task, job.seed, device, _float_dtype(job.precision)),
                              lambda inp: _run_reference(model, inp, device), flatten_outputs, mem)
-    held = gpu_share.reserved()
-    if held is not None and (memory.reservation_after_reference() or 0) > held:
-        memory.release()  # a growth is admitted against the card's free memory: this cache would count as taken
     _grow_reservation(job, device, mem)
     memory.release_within(gpu_share.reserved())  # the trials draw the reference's sizes again
     corr = correctness(job, task, model, model_new, device, findings)
