@@ -384,14 +384,20 @@ def test_the_worker_grows_its_reservation_without_holding_the_gpu_and_resumes_it
     other.wait_for("acquired")
     gpu_share.reserve(str(lock), 30, lambda: 100, label="test")
     gpu_share.read(str(lock))
+    before_growths: list[int] = []  # the reservation each before_growth call saw: only growths call it
+
+    def before_growth() -> None:
+        before_growths.append(int(gpu_share.reserved() or 0))
+
     try:
-        note = gpu_share.grow(50, lambda: 100, timeout_s=0.3)
+        note = gpu_share.grow(50, lambda: 100, timeout_s=0.3, before_growth=before_growth)
         assert "stayed at" in note and gpu_share.reserved() == 30
         assert gpu_share._STATE["hold"] is not None and gpu_share._STATE["hold"].held  # the read hold is back
-        assert gpu_share.grow(20, lambda: 100) == "" and gpu_share.reserved() == 30  # never shrinks
-        go.touch()
+        assert gpu_share.grow(20, lambda: 100, before_growth=before_growth) == "" and gpu_share.reserved() == 30
+        go.touch()  # (never shrinks, and no before_growth for it)
         other.finish()
-        assert gpu_share.grow(80, lambda: 100, timeout_s=5) == "" and gpu_share.reserved() == 80
+        assert gpu_share.grow(80, lambda: 100, timeout_s=5, before_growth=before_growth) == ""
+        assert gpu_share.reserved() == 80 and before_growths == [30, 30]
         assert ledger.reserved_bytes(lock) == 80
     finally:
         gpu_share.release_all()

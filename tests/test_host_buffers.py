@@ -239,8 +239,9 @@ def test_a_new_large_buffer_is_advised_for_huge_pages_before_its_first_touch() -
     copy = _copy(pool, value)
     assert pool.huge == 1 and torch.equal(copy, value)
     assert "hg" in _vm_flags(copy.data_ptr() + 4 * MIB)  # VM_HUGEPAGE on the buffer's middle
-    small = _copy(pool, torch.randn(1024))  # under one huge page: left as it is
-    assert pool.huge == 1 and torch.equal(small, small)
+    small_value = torch.randn(1024)
+    small = _copy(pool, small_value)  # under one huge page: left as it is
+    assert pool.huge == 1 and torch.equal(small, small_value)
     # Without the advice the pool advises nothing. Its buffer's mapping is not checked for the flag: once glibc's
     # mmap threshold has risen past this size (a freed large block raises it), the buffer comes from the heap and
     # may reuse memory an earlier advised buffer had; a free leaves the flag on it (a full CI run saw that once).

@@ -281,14 +281,18 @@ def reserved() -> int | None:
     return int(reservation.nbytes) if reservation is not None else None
 
 
-def grow(nbytes: int, budget: Any, timeout_s: float = GROW_TIMEOUT_S) -> str:
+def grow(nbytes: int, budget: Any, timeout_s: float = GROW_TIMEOUT_S,
+         before_growth: Callable[[], None] = lambda: None) -> str:
     """Grow this worker's reservation to `nbytes` once it knows more than its estimate did (the reference's
     measured peak: memory.reservation_after_reference), waiting for admission without holding the GPU
-    (phase memory_wait) and resuming the hold it had. Returns "" or a note when it was not admitted within
+    (phase memory_wait) and resuming the hold it had. `before_growth` runs only where the reservation will
+    grow, before its admission (the caller gives its allocator's cache back: admitted against the card's free
+    memory, that cache would count as taken). Returns "" or a note when it was not admitted within
     `timeout_s` (the evaluation goes on within the reservation it has, as before)."""
     reservation = _STATE["reservation"]
     if reservation is None or nbytes <= reservation.nbytes:
         return ""
+    before_growth()
     before = reservation.nbytes
     if _resized(reservation, nbytes, _cached(budget), timeout_s, "memory_wait"):
         return ""

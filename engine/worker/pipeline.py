@@ -993,11 +993,8 @@ def _grow_reservation(job: EvalJob, device: Any, mem: dict[str, Any]) -> None:
     if not job.gpu_lock_path or device.type != "cuda":
         return
     need = memory.reservation_after_reference()
-    held = gpu_share.reserved()
-    if need is not None and held is not None and need > held:
-        memory.release()  # a growth is admitted against the card's free memory: this cache would count as taken
     if need is not None:
-        note = gpu_share.grow(need, _budget(job, device))
+        note = gpu_share.grow(need, _budget(job, device), before_growth=memory.release)
         if note:
             mem["note"] = "; ".join(n for n in (mem.get("note", ""), note) if n)
     mem["reserved_bytes"] = gpu_share.reserved()
