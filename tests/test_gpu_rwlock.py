@@ -393,8 +393,9 @@ def test_the_worker_grows_its_reservation_without_holding_the_gpu_and_resumes_it
         note = gpu_share.grow(50, lambda: 100, timeout_s=0.3, before_growth=before_growth)
         assert "stayed at" in note and gpu_share.reserved() == 30
         assert gpu_share._STATE["hold"] is not None and gpu_share._STATE["hold"].held  # the read hold is back
+        # A smaller size never shrinks it, and calls no before_growth.
         assert gpu_share.grow(20, lambda: 100, before_growth=before_growth) == "" and gpu_share.reserved() == 30
-        go.touch()  # (never shrinks, and no before_growth for it)
+        go.touch()
         other.finish()
         assert gpu_share.grow(80, lambda: 100, timeout_s=5, before_growth=before_growth) == ""
         assert gpu_share.reserved() == 80 and before_growths == [30, 30]
