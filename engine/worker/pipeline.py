@@ -728,6 +728,8 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
     late = timer.late_launches()
     if late:  # where the GPU may have waited for our host inside timed calls (timing.Timer.late_launches)
         settings["late_launches"] = late
+    if timer.cover is not None:  # the longest spin each side's timed calls were queued behind (timing.LaunchCover)
+        settings["launch_cover_us"] = {n: round(us, 1) for n, us in timer.cover.largest_us.items()}
     if timer.host_load is not None:  # the timing thread's CPU time and preemptions in that window
         settings["host_load"] = timer.host_load.as_setting()
     if compiled_note:

@@ -45,6 +45,7 @@ def capture_clocks() -> None:
     REAL_CLOCKS["monotonic"] = time.monotonic
     REAL_CLOCKS["synchronize"] = torch.cuda.synchronize
     REAL_CLOCKS["event"] = torch.cuda.Event
+    REAL_CLOCKS["spin"] = getattr(torch.cuda, "_sleep", None)  # the launch cover's spin kernel (LaunchCover)
 
 
 def until_quiet(measure: Callable[[], dict[str, list[float]]], threshold: float, retries: int) \
@@ -217,6 +218,43 @@ MIN_FLUSH_BYTES = 256_000_000
 MIN_TRIALS = 10  # timed calls of each callable however long it is (event_times' `max_time_ms`)
 
 
+# The launch cover: a spin kernel queued after each timed call's flush, so the GPU is still busy when the host has
+# queued the call; without it, a host slower than the flush put its launch time inside the call's events (H200,
+# 8 in flight, session 39: 70 us kernels, host 100-160 us from flush to end event, 75-97 % of calls late, event
+# times up to 1.7x the CUPTI busy time).
+COVER_MARGIN = 1.25  # the cover outlasts this much of the host's expected queueing time
+COVER_GROWTH = 1.5  # a late call raises the expectation at least this much
+MAX_COVER_US = 2000.0  # a call that syncs inside (late whatever the cover) costs at most this per call
+EVENT_QUEUE_US = 15.0  # the flush, the cover and two event records, beside the call's own launches
+CALIBRATION_CYCLES = 200_000  # about 0.1 ms of spinning at the H200's clocks
+
+
+class LaunchCover:
+    """Per callable, how long the GPU spins after the flush before a timed call's start event: long enough that
+    the host has queued the call (and its end event) before the GPU reaches the start, so the events hold the
+    call's device work and not the host's launch. The cover is what the host's queueing is expected to take
+    beyond the flush that runs first; the expectation starts from the warm-up's host time per call and grows
+    whenever a call still came late. Only GPU idle time sits in the cover, outside the events: the L2 flush,
+    the interleaving and the median do not change."""
+
+    def __init__(self, host_call_us: dict[str, float], flush_us: float) -> None:
+        self.expected_us = {n: us + EVENT_QUEUE_US for n, us in host_call_us.items()}
+        self.flush_us = flush_us
+        self.largest_us: dict[str, float] = {n: 0.0 for n in host_call_us}  # the longest cover each side got
+
+    def cover_us(self, name: str) -> float:
+        """The spin before `name`'s next timed call, in µs (0: the flush alone outlasts the host's queueing)."""
+        us = min(max(COVER_MARGIN * self.expected_us[name] - self.flush_us, 0.0), MAX_COVER_US)
+        self.largest_us[name] = max(self.largest_us[name], us)
+        return us
+
+    def observed(self, name: str, queued_us: float, late: bool) -> None:
+        """After a timed call: its host queueing time, and whether the GPU reached its start event first."""
+        if late:
+            self.expected_us[name] = min(max(self.expected_us[name] * COVER_GROWTH, queued_us),
+                                         (MAX_COVER_US + self.flush_us) / COVER_MARGIN)
+
+
 class Timer:
     """Interleaved timing of several callables with an L2 flush before every call."""
 
@@ -240,10 +278,30 @@ class Timer:
         # for the host in it (late_launches), and what the host did meanwhile (host_load).
         self.late_calls: dict[str, list[bool]] = {}
         self.host_load: HostLoad | None = None
+        self._spin = REAL_CLOCKS.get("spin") if self.cuda else None
+        self._calibration: tuple[float, float] | None = None  # (spin cycles per µs, flush µs), once per timer
+        self.cover: LaunchCover | None = None  # the last event_times' launch cover (None without a spin kernel)
 
     def flush(self) -> None:
         if self.flush_buffer is not None:
             self.flush_buffer.zero_()
+
+    def _calibrate(self) -> tuple[float, float]:
+        """The spin kernel's cycles per µs and the flush's device time (µs), measured once with the clocks up
+        (after a warm-up): the cover is asked for in µs, the spin kernel counts SM cycles."""
+        if self._calibration is None:
+            assert self._spin is not None and self._event is not None
+            spin_start, spin_end, flush_end = (self._event(enable_timing=True) for _ in range(3))
+            spin_start.record()
+            self._spin(CALIBRATION_CYCLES)
+            spin_end.record()
+            for _ in range(4):
+                self.flush()
+            flush_end.record()
+            self._sync()
+            spin_ms = max(spin_start.elapsed_time(spin_end), 1e-6)
+            self._calibration = (CALIBRATION_CYCLES / (spin_ms * 1e3), spin_end.elapsed_time(flush_end) * 1e3 / 4)
+        return self._calibration
 
     def event_times(self, fns: dict[str, Callable[[], Any]], warmup: int, trials: int, *, warmup_ms: float = 0.0,
                     min_time_ms: float = 0.0, max_trials: int | None = None, max_time_ms: float = 0.0,
@@ -277,9 +335,12 @@ class Timer:
             long_enough = first_round_ms is not None and rounds * first_round_ms >= max_time_ms / 4
             return rounds < warmup and not long_enough
 
+        host_call_s: dict[str, list[float]] = {n: [] for n in names}  # the launch cover's first expectation
         while warming():
             for n in names:
+                call_start = self._perf()
                 fns[n]()
+                host_call_s[n].append(self._perf() - call_start)
             rounds += 1
             if warmup_ms > 0 and rounds % 8 == 0:
                 self._sync()  # keep the host from racing ahead of the device
@@ -292,6 +353,11 @@ class Timer:
             trials = min(trials, max(min(trials, MIN_TRIALS), math.floor(max_time_ms / per_call_ms)))
         samples: dict[str, list[float]] = {n: [] for n in names}
         self.late_calls = {n: [] for n in names}
+        self.cover, cycles_per_us = None, 0.0
+        if self._spin is not None:
+            cycles_per_us, flush_us = self._calibrate()
+            self.cover = LaunchCover({n: statistics.median(host_call_s[n]) * 1e6 if host_call_s[n] else 0.0
+                                      for n in names}, flush_us if self.flush_buffer is not None else 0.0)
         probe = HostLoadProbe(_device_maps if self.cuda else None)
         probe.start()
         if hooks is not None:
@@ -315,6 +381,9 @@ class Timer:
                     # so the window holds the call's GPU work, not our launch latency after an idle GPU
                     # (waiting per call added 5-40 µs of jitter to 70-150 µs kernels on an H200).
                     start_ev, end_ev = events[i * len(names) + j]
+                    cover_us = self.cover.cover_us(n) if self.cover is not None else 0.0
+                    if cover_us > 0:  # the GPU still busy once the host has queued the call (LaunchCover)
+                        self._spin(int(cover_us * cycles_per_us))
                     start_ev.record()
                     out = fns[n]()
                     end_ev.record()
@@ -324,6 +393,8 @@ class Timer:
                     # waited for the host's launch inside the timed pair (a host slower than the flush that
                     # covers it, e.g. under load). Asked after the end event is queued: nothing timed waits.
                     self.late_calls[n].append(bool(start_ev.query()))
+                    if self.cover is not None:
+                        self.cover.observed(n, queued_s[n][-1] * 1e6, self.late_calls[n][-1])
                 else:
                     m0, t0 = self._mono(), self._perf()
                     out = fns[n]()
