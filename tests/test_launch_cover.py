@@ -37,10 +37,21 @@ def test_a_late_call_grows_the_cover_to_its_queueing_at_least_and_never_past_the
     cover.observed("candidate", 400.0, late=True)  # the host took 400 µs: the GPU waited
     after = cover.cover_us("candidate")
     assert after > before and after + 30.0 >= 400.0
-    for _ in range(40):  # a call that syncs inside is late whatever the cover: the cover stops at the cap
+    for _ in range(40):  # late whatever the cover (a host hiccup, a preemption): the cover stops at the cap
         cover.observed("candidate", 1e6, late=True)
     assert cover.cover_us("candidate") == MAX_COVER_US
     assert cover.largest_us["candidate"] == MAX_COVER_US
+
+
+def test_a_host_bound_call_gets_no_cover() -> None:
+    # an RNN's hundreds of launches (19 ms of host per call) or a call that synchronizes inside: the GPU waits
+    # within the call whatever runs before it, so a cover would only lengthen the exclusive window
+    cover = LaunchCover({"reference": 19_000.0, "candidate": 40.0}, flush_us=50.0)
+    assert cover.host_bound == {"reference"}
+    assert cover.cover_us("reference") == 0.0
+    cover.observed("reference", 19_500.0, late=True)
+    assert cover.cover_us("reference") == 0.0 and cover.largest_us["reference"] == 0.0
+    assert cover.cover_us("candidate") > 0.0
 
 
 def test_the_cpu_timer_queues_no_cover() -> None:

@@ -224,7 +224,7 @@ MIN_TRIALS = 10  # timed calls of each callable however long it is (event_times'
 # times up to 1.7x the CUPTI busy time).
 COVER_MARGIN = 1.25  # the cover outlasts this much of the host's expected queueing time
 COVER_GROWTH = 1.5  # a late call raises the expectation at least this much
-MAX_COVER_US = 2000.0  # a call that syncs inside (late whatever the cover) costs at most this per call
+MAX_COVER_US = 2000.0  # the longest cover: a call the host queues slower than this gets none (see LaunchCover)
 EVENT_QUEUE_US = 15.0  # the flush, the cover and two event records, beside the call's own launches
 CALIBRATION_CYCLES = 200_000  # about 0.1 ms of spinning at the H200's clocks
 
@@ -235,16 +235,28 @@ class LaunchCover:
     call's device work and not the host's launch. The cover is what the host's queueing is expected to take
     beyond the flush that runs first; the expectation starts from the warm-up's host time per call and grows
     whenever a call still came late. Only GPU idle time sits in the cover, outside the events: the L2 flush,
-    the interleaving and the median do not change."""
+    the interleaving and the median do not change.
+
+    A call whose warm-up host time alone asks for more than MAX_COVER_US gets no cover: a host-bound call (an
+    RNN's hundreds of launches, a call that synchronizes inside) keeps the GPU waiting within itself whatever
+    runs before it, and its events show the host's pace, as do_bench's do; a cover there only lengthens the
+    exclusive window."""
 
     def __init__(self, host_call_us: dict[str, float], flush_us: float) -> None:
         self.expected_us = {n: us + EVENT_QUEUE_US for n, us in host_call_us.items()}
         self.flush_us = flush_us
+        self.host_bound = {n for n, us in self.expected_us.items() if self._wanted(us) > MAX_COVER_US}
         self.largest_us: dict[str, float] = {n: 0.0 for n in host_call_us}  # the longest cover each side got
 
+    def _wanted(self, expected_us: float) -> float:
+        return max(COVER_MARGIN * expected_us - self.flush_us, 0.0)
+
     def cover_us(self, name: str) -> float:
-        """The spin before `name`'s next timed call, in µs (0: the flush alone outlasts the host's queueing)."""
-        us = min(max(COVER_MARGIN * self.expected_us[name] - self.flush_us, 0.0), MAX_COVER_US)
+        """The spin before `name`'s next timed call, in µs (0: the flush alone outlasts the host's queueing, or
+        the call is host-bound)."""
+        if name in self.host_bound:
+            return 0.0
+        us = min(self._wanted(self.expected_us[name]), MAX_COVER_US)
         self.largest_us[name] = max(self.largest_us[name], us)
         return us
 
