@@ -131,12 +131,12 @@ def test_gpu_side_stream_work_disagrees_or_fails(gpu_opts) -> None:
 
 
 @pytest.mark.gpu
-def test_gpu_a_call_the_host_queues_slower_than_the_gpu_runs_it_is_covered(gpu_opts, tmp_path: Path) -> None:
-    """A candidate that spins 0.3 ms on the host before its kernel: the flush (tens of µs) cannot cover that, so
-    without the launch cover the GPU reached each start event before the call was queued (nearly every call
-    late, its events the host's pace). With it (timing.LaunchCover), the calls queue behind a spin kernel of
-    about the host's time: few are late, and the candidate's events are its relu's, like the reference's
-    (settings["late_launches"], settings["launch_cover_us"])."""
+def test_gpu_a_call_the_host_queues_slower_than_the_gpu_runs_it_is_counted_late(gpu_opts, tmp_path: Path) -> None:
+    """A candidate that spins 0.3 ms on the host before its kernel, every call: the flush (tens of µs) cannot
+    cover that, so the GPU reaches each start event before the call is queued, and the timing says so for nearly
+    every call (settings["late_launches"], timing.Timer.late_launches). That is the candidate's own cost, not a
+    loaded host's: the launch cover (timing.LaunchCover) stays near 0 and its events keep the host's pace, as an
+    idle machine's do_bench would (settings["launch_cover_us"])."""
     import asyncio
 
     from cudaforge.engine.candidate import Candidate
@@ -153,10 +153,10 @@ def test_gpu_a_call_the_host_queues_slower_than_the_gpu_runs_it_is_covered(gpu_o
     r = asyncio.run(Evaluator(gpu_opts).evaluate(load_task(task), Candidate(source=source, format="python")))
     assert r.timing is not None, describe(r)
     late, cover = r.timing.settings["late_launches"], r.timing.settings["launch_cover_us"]
-    assert late["candidate"] <= 0.1, (late, cover)
+    assert late["candidate"] >= 0.9, (late, cover)
     assert 0.0 <= late["reference"] <= 1.0, late
-    assert cover["candidate"] >= 250.0 > cover["reference"], cover  # about 0.3 ms beyond the flush; none needed
-    assert r.timing.candidate.median_ms < 1.3 * r.timing.reference.median_ms + 0.01, describe(r)
+    assert cover["candidate"] < 60.0, cover  # the jitter above its least host time, not its 0.3 ms
+    assert r.timing.candidate.median_ms > r.timing.reference.median_ms + 0.15, describe(r)  # the host's pace
     # its host ran all along (it spins): late from a slow call, not from losing the core (timing.HostLoad)
     load = r.timing.settings["host_load"]
     assert load["cpu_s"] > 0.5 * load["wall_s"] > 0, load

@@ -7,51 +7,52 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 
 import pytest
 from cudaforge.engine.worker import timing
-from cudaforge.engine.worker.timing import COVER_MARGIN, MAX_COVER_US, LaunchCover
+from cudaforge.engine.worker.timing import COVER_MARGIN, COVER_WINDOW, MAX_COVER_US, LaunchCover
 
 
 def test_no_cover_where_the_flush_outlasts_the_hosts_queueing() -> None:
-    cover = LaunchCover({"reference": 10.0, "candidate": 20.0}, flush_us=60.0)
-    # expected queueing = the call's host time + the flush, cover and event records (EVENT_QUEUE_US)
+    cover = LaunchCover({"reference": [10.0, 12.0, 30.0], "candidate": [20.0, 25.0]}, flush_us=60.0)
+    # the expected queueing = the call's host time + the flush, cover and event records (EVENT_QUEUE_US)
     assert cover.cover_us("reference") == 0.0
     assert cover.cover_us("candidate") == 0.0
-    cover.observed("candidate", 40.0, late=False)
-    assert cover.cover_us("candidate") == 0.0  # on time: nothing grows
+    cover.observed("candidate", 40.0)
+    assert cover.cover_us("candidate") == 0.0  # on time: nothing to cover
 
 
-def test_the_cover_outlasts_a_slow_hosts_queueing_beyond_the_flush() -> None:
-    cover = LaunchCover({"reference": 100.0, "candidate": 150.0}, flush_us=50.0)
-    ref, cand = cover.cover_us("reference"), cover.cover_us("candidate")
-    assert ref == pytest.approx(COVER_MARGIN * (100.0 + timing.EVENT_QUEUE_US) - 50.0)
-    assert cand == pytest.approx(COVER_MARGIN * (150.0 + timing.EVENT_QUEUE_US) - 50.0)
-    assert cand + 50.0 > 150.0 + timing.EVENT_QUEUE_US  # flush + cover outlast the expected queueing
-    assert cover.largest_us == {"reference": ref, "candidate": cand}
+def test_a_loaded_host_gets_its_delay_covered_beyond_the_calls_own_cost() -> None:
+    # the call costs the host 30 µs when the host is free; loaded, 150 µs: the delay beyond the flush is covered
+    cover = LaunchCover({"candidate": [30.0, 150.0, 150.0, 160.0]}, flush_us=50.0)
+    expected = 150.0 + timing.EVENT_QUEUE_US
+    assert cover.cover_us("candidate") == pytest.approx(COVER_MARGIN * (expected - 50.0))
+    assert cover.cover_us("candidate") + 50.0 > expected  # flush + cover outlast the loaded queueing
+    for _ in range(COVER_WINDOW):  # the load goes: the cover follows the recent calls down to none
+        cover.observed("candidate", 40.0)
+    assert cover.cover_us("candidate") == 0.0
+    for queued in (300.0, 320.0, 310.0, 330.0, 305.0, 310.0, 315.0, 310.0):  # it comes back, worse
+        cover.observed("candidate", queued)
+    assert cover.cover_us("candidate") == pytest.approx(COVER_MARGIN * (310.0 - 50.0))
+    assert cover.largest_us["candidate"] == pytest.approx(COVER_MARGIN * (310.0 - 50.0))
 
 
-def test_a_late_call_grows_the_cover_to_its_queueing_at_least_and_never_past_the_cap() -> None:
-    cover = LaunchCover({"candidate": 20.0}, flush_us=30.0)
-    before = cover.cover_us("candidate")
-    cover.observed("candidate", 400.0, late=True)  # the host took 400 µs: the GPU waited
-    after = cover.cover_us("candidate")
-    assert after > before and after + 30.0 >= 400.0
-    for _ in range(40):  # late whatever the cover (a host hiccup, a preemption): the cover stops at the cap
-        cover.observed("candidate", 1e6, late=True)
-    assert cover.cover_us("candidate") == MAX_COVER_US
-    assert cover.largest_us["candidate"] == MAX_COVER_US
+def test_a_host_bound_call_stays_host_bound() -> None:
+    # 300 µs of Python before its kernel whatever the load: an idle machine's do_bench times the host there,
+    # so the cover adds nothing for it (only the jitter above its least time)
+    cover = LaunchCover({"candidate": [300.0, 302.0, 305.0, 301.0]}, flush_us=50.0)
+    assert cover.cover_us("candidate") < 5.0
+    for queued in (318.0, 320.0, 316.0, 325.0, 319.0, 317.0, 321.0, 340.0):
+        cover.observed("candidate", queued)
+    assert cover.cover_us("candidate") < 0.05 * 300.0  # the jitter's: its events stay the host's pace
 
 
-def test_a_host_bound_call_gets_no_cover() -> None:
-    # an RNN's hundreds of launches (19 ms of host per call) or a call that synchronizes inside: the GPU waits
-    # within the call whatever runs before it, so a cover would only lengthen the exclusive window
-    cover = LaunchCover({"reference": 19_000.0, "candidate": 40.0}, flush_us=50.0)
-    assert cover.host_bound == {"reference"}
-    assert cover.cover_us("reference") == 0.0
-    cover.observed("reference", 19_500.0, late=True)
-    assert cover.cover_us("reference") == 0.0 and cover.largest_us["reference"] == 0.0
-    assert cover.cover_us("candidate") > 0.0
+def test_the_cover_never_passes_its_cap() -> None:
+    cover = LaunchCover({"candidate": [20.0]}, flush_us=30.0)
+    for _ in range(COVER_WINDOW):  # a host stalled for a second per call
+        cover.observed("candidate", 1e6)
+    assert cover.cover_us("candidate") == MAX_COVER_US == cover.largest_us["candidate"]
 
 
 def test_the_cpu_timer_queues_no_cover() -> None:
@@ -63,17 +64,21 @@ def test_the_cpu_timer_queues_no_cover() -> None:
     assert timer.cover is None and timer.late_launches() == {}
 
 
-def _slow_launch(kernel: object, host_s: float) -> object:
+def _launch_after(kernel: Callable[[], object], host_s: Callable[[int], float]) -> Callable[[], object]:
+    """`kernel` launched after `host_s(call number)` seconds of host work (Python; a loaded machine)."""
+    calls = [0]
+
     def call() -> object:
-        end = time.perf_counter() + host_s
-        while time.perf_counter() < end:  # the host's own work before the launch (Python, a busy machine)
+        end = time.perf_counter() + host_s(calls[0])
+        calls[0] += 1
+        while time.perf_counter() < end:
             pass
         return kernel()
     return call
 
 
 @pytest.mark.gpu
-def test_a_slow_host_launch_stays_out_of_the_events_with_the_cover() -> None:
+def test_a_loaded_hosts_delay_stays_out_of_the_events_and_a_host_bound_calls_own_does_not() -> None:
     import torch
 
     if not torch.cuda.is_available():
@@ -81,22 +86,34 @@ def test_a_slow_host_launch_stays_out_of_the_events_with_the_cover() -> None:
     timing.capture_clocks()
     device = torch.device("cuda")
     x = torch.randn(1 << 22, device=device)  # 16 MB: a relu of a few tens of µs
-    fns = {"reference": _slow_launch(lambda: torch.relu(x), 300e-6),
-           "candidate": _slow_launch(lambda: torch.relu(x), 300e-6)}
     l2 = int(torch.cuda.get_device_properties(device).L2_cache_size)
+
+    def relu() -> object:
+        return torch.relu(x)
+
     quick = timing.Timer(device, l2_flush=True, l2_bytes=l2)
-    device_us = statistics.median(quick.event_times({"relu": lambda: torch.relu(x)}, warmup=20, trials=50)["relu"]) * 1e3
+    device_us = statistics.median(quick.event_times({"relu": relu}, warmup=20, trials=50)["relu"]) * 1e3
+
+    # Loaded: three calls in four wait 0.3 ms on the host (another process had the core), the fourth does not.
+    def loaded() -> dict[str, Callable[[], object]]:
+        return {side: _launch_after(relu, lambda i: 300e-6 if i % 4 else 0.0) for side in ("reference", "candidate")}
 
     covered = timing.Timer(device, l2_flush=True, l2_bytes=l2)
-    with_cover = covered.event_times(fns, warmup=10, trials=60)
+    with_cover = covered.event_times(loaded(), warmup=16, trials=80)
     bare = timing.Timer(device, l2_flush=True, l2_bytes=l2)
     bare._spin = None  # the flush alone in front of each call: the timer as it was before the cover
-    without = bare.event_times(fns, warmup=10, trials=60)
-
+    without = bare.event_times(loaded(), warmup=16, trials=80)
     covered_us = statistics.median(with_cover["candidate"]) * 1e3
     bare_us = statistics.median(without["candidate"]) * 1e3
     assert covered.cover is not None and covered.cover.largest_us["candidate"] >= 200.0
-    assert max(covered.late_launches().values()) <= 0.1, covered.late_launches()
+    assert max(covered.late_launches().values()) <= 0.15, covered.late_launches()
     assert covered_us < device_us * 1.15 + 3.0, (covered_us, device_us)  # the kernel's time, not the host's
-    assert bare.cover is None and min(bare.late_launches().values()) >= 0.9, bare.late_launches()
+    assert bare.cover is None and min(bare.late_launches().values()) >= 0.6, bare.late_launches()
     assert bare_us > device_us + 150.0, (bare_us, device_us)  # the GPU waited for the host inside the events
+
+    # Host-bound by itself: every call waits 0.3 ms. do_bench on an idle machine times the host's pace; so do we.
+    own = timing.Timer(device, l2_flush=True, l2_bytes=l2)
+    bound = own.event_times({"candidate": _launch_after(relu, lambda i: 300e-6)}, warmup=16, trials=60)
+    assert own.cover is not None and own.cover.largest_us["candidate"] < 60.0
+    assert min(own.late_launches().values()) >= 0.9, own.late_launches()
+    assert statistics.median(bound["candidate"]) * 1e3 > device_us + 150.0

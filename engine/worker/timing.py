@@ -218,53 +218,54 @@ MIN_FLUSH_BYTES = 256_000_000
 MIN_TRIALS = 10  # timed calls of each callable however long it is (event_times' `max_time_ms`)
 
 
-# The launch cover: a spin kernel queued after each timed call's flush, so the GPU is still busy when the host has
-# queued the call; without it, a host slower than the flush put its launch time inside the call's events (H200,
-# 8 in flight, session 39: 70 us kernels, host 100-160 us from flush to end event, 75-97 % of calls late, event
-# times up to 1.7x the CUPTI busy time).
-COVER_MARGIN = 1.25  # the cover outlasts this much of the host's expected queueing time
-COVER_GROWTH = 1.5  # a late call raises the expectation at least this much
-MAX_COVER_US = 2000.0  # the longest cover: a call the host queues slower than this gets none (see LaunchCover)
+# The launch cover: a spin kernel queued after a timed call's flush while the host queues that call more slowly
+# than it can (a loaded machine), so a slow host's launch stays out of the call's events (H200, 8 in flight,
+# session 39: 70 µs kernels, host 100-160 µs from the flush to the end event, 75-97 % of calls late, event times
+# up to 1.7x the CUPTI busy time, while one at a time they agreed with do_bench).
+COVER_MARGIN = 1.25  # the cover outlasts this much of the host's expected delay
+COVER_WINDOW = 8  # the recent timed calls whose queueing times give the expected one (their median)
+MAX_COVER_US = 2000.0  # the longest cover
 EVENT_QUEUE_US = 15.0  # the flush, the cover and two event records, beside the call's own launches
 CALIBRATION_CYCLES = 200_000  # about 0.1 ms of spinning at the H200's clocks
 
 
 class LaunchCover:
-    """Per callable, how long the GPU spins after the flush before a timed call's start event: long enough that
-    the host has queued the call (and its end event) before the GPU reaches the start, so the events hold the
-    call's device work and not the host's launch. The cover is what the host's queueing is expected to take
-    beyond the flush that runs first; the expectation starts from the warm-up's host time per call and grows
-    whenever a call still came late. Only GPU idle time sits in the cover, outside the events: the L2 flush,
-    the interleaving and the median do not change.
+    """Per callable, how long the GPU spins after the flush before a timed call's start event: what a loaded
+    host adds to the call's queueing (flush, start event, the call's launches, end event), so the GPU reaches
+    the start event about when an unloaded host would have had the call queued.
 
-    A call whose warm-up host time alone asks for more than MAX_COVER_US gets no cover: a host-bound call (an
-    RNN's hundreds of launches, a call that synchronizes inside) keeps the GPU waiting within itself whatever
-    runs before it, and its events show the host's pace, as do_bench's do; a cover there only lengthens the
-    exclusive window."""
+    The events then hold what they hold on an idle machine, and what `triton.testing.do_bench` gives there:
+    the call's device work, plus the part of its own host path (a Python prologue before its first launch) that
+    outlasts the flush. A call that is host-bound by itself stays host-bound in its events: the cover is the
+    expected queueing time (the median of the last COVER_WINDOW calls, the warm-up's at first) less the least
+    seen (the call's own cost, measured when the host was least loaded) and less the flush that runs first,
+    never under 0 and at most MAX_COVER_US. Only GPU time outside the events goes to it: the L2 flush, the
+    interleaving and the median do not change."""
 
-    def __init__(self, host_call_us: dict[str, float], flush_us: float) -> None:
-        self.expected_us = {n: us + EVENT_QUEUE_US for n, us in host_call_us.items()}
+    def __init__(self, warmup_host_us: dict[str, list[float]], flush_us: float) -> None:
         self.flush_us = flush_us
-        self.host_bound = {n for n, us in self.expected_us.items() if self._wanted(us) > MAX_COVER_US}
-        self.largest_us: dict[str, float] = {n: 0.0 for n in host_call_us}  # the longest cover each side got
-
-    def _wanted(self, expected_us: float) -> float:
-        return max(COVER_MARGIN * expected_us - self.flush_us, 0.0)
+        self.least_us = {n: min(us, default=0.0) + EVENT_QUEUE_US for n, us in warmup_host_us.items()}
+        self.recent_us: dict[str, list[float]] = {
+            n: [statistics.median(us) + EVENT_QUEUE_US] if us else [] for n, us in warmup_host_us.items()}
+        self.largest_us: dict[str, float] = {n: 0.0 for n in warmup_host_us}  # the longest cover each side got
 
     def cover_us(self, name: str) -> float:
-        """The spin before `name`'s next timed call, in µs (0: the flush alone outlasts the host's queueing, or
-        the call is host-bound)."""
-        if name in self.host_bound:
+        """The spin before `name`'s next timed call, in µs (0: the host queues it as fast as it ever did, or the
+        flush outlasts the delay)."""
+        recent = self.recent_us[name]
+        if not recent:
             return 0.0
-        us = min(self._wanted(self.expected_us[name]), MAX_COVER_US)
+        delay = statistics.median(recent) - max(self.flush_us, self.least_us[name])
+        us = min(max(COVER_MARGIN * delay, 0.0), MAX_COVER_US)
         self.largest_us[name] = max(self.largest_us[name], us)
         return us
 
-    def observed(self, name: str, queued_us: float, late: bool) -> None:
-        """After a timed call: its host queueing time, and whether the GPU reached its start event first."""
-        if late:
-            self.expected_us[name] = min(max(self.expected_us[name] * COVER_GROWTH, queued_us),
-                                         (MAX_COVER_US + self.flush_us) / COVER_MARGIN)
+    def observed(self, name: str, queued_us: float) -> None:
+        """After a timed call: the host's time from the flush's launch to the end event's."""
+        recent = self.recent_us[name]
+        recent.append(queued_us)
+        del recent[:-COVER_WINDOW]
+        self.least_us[name] = min(self.least_us[name], queued_us)
 
 
 class Timer:
@@ -368,8 +369,8 @@ class Timer:
         self.cover, cycles_per_us = None, 0.0
         if self._spin is not None:
             cycles_per_us, flush_us = self._calibrate()
-            self.cover = LaunchCover({n: statistics.median(host_call_s[n]) * 1e6 if host_call_s[n] else 0.0
-                                      for n in names}, flush_us if self.flush_buffer is not None else 0.0)
+            self.cover = LaunchCover({n: [t * 1e6 for t in host_call_s[n]] for n in names},
+                                     flush_us if self.flush_buffer is not None else 0.0)
         probe = HostLoadProbe(_device_maps if self.cuda else None)
         probe.start()
         if hooks is not None:
@@ -406,7 +407,7 @@ class Timer:
                     # covers it, e.g. under load). Asked after the end event is queued: nothing timed waits.
                     self.late_calls[n].append(bool(start_ev.query()))
                     if self.cover is not None:
-                        self.cover.observed(n, queued_s[n][-1] * 1e6, self.late_calls[n][-1])
+                        self.cover.observed(n, queued_s[n][-1] * 1e6)
                 else:
                     m0, t0 = self._mono(), self._perf()
                     out = fns[n]()
