@@ -289,6 +289,13 @@ def table(rows: list[dict[str, Any]], activity: Any = None) -> str:
     return "\n".join(out)
 
 
+def verdict(rows: list[dict[str, Any]]) -> str:
+    """The targets in a few words (the last line, which bench/gpu_check.sh's table shows): how many tasks agree
+    with do_bench within 5 % with a spread of at most 3 % (where gated), and which missed."""
+    missed = [r["task"] for r in rows if "error" in r or not r["agree_ok"] or (r["spread_gated"] and not r["spread_ok"])]
+    return f"{len(rows) - len(missed)} of {len(rows)} ok" + (f", missed: {', '.join(missed)}" if missed else "")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
@@ -322,7 +329,8 @@ def main() -> int:
     print(table(rows, activity))
     print("\nruns with half or more of a side's timed calls launched late, by worker: " + ", ".join(
         f"{kind} {late} of {total}" for kind, (late, total) in sorted(late_by_worker(engine).items())))
-    print(f"\n{len(tasks)} tasks × {args.repeats} engine runs ({args.parallel} in flight) + do_bench in {time.perf_counter() - start:.0f} s")
+    print(f"\n{len(tasks)} tasks × {args.repeats} engine runs ({args.parallel} in flight) + do_bench in "
+          f"{time.perf_counter() - start:.0f} s; {verdict(rows)}")
     path = Path(args.json) if args.json else ROOT / "bench" / "results" / \
         f"{datetime.date.today().isoformat()}-timing_fidelity.json"
     path.parent.mkdir(parents=True, exist_ok=True)
