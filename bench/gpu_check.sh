@@ -60,6 +60,7 @@ examples|3|gpu|Is every example accepted in nvrtc and inline, and does cudaforge
 latency|5|gpu,wheels|How long is a round (nvrtc, 7 examples, with and without its profile), how long a spare is waited for: bench/round_latency.py, bench/spare_wait.py
 spares|3|gpu,wheels|Does every round of a scripted session find its spares warm, and does every profile succeed (SPARE_ROUNDS rounds, two sessions; each profile's spare pool at its take, a failed profile's ncu and target lines): bench/spare_wait.py
 fidelity|5|gpu|Do our timings agree with triton.testing.do_bench: bench/timing_fidelity.py
+fidelity-nocover|5|gpu|The same with the flush alone ([timing] launch_cover = false): the launch cover's A/B, run beside the fidelity step in one call
 cover|1|gpu|Does the launch cover keep a loaded host's delay out of a timed call's events, and leave a call host-bound by itself at the host's pace: its GPU tests
 adversarial|3|gpu|Is every adversarial candidate caught with evaluations in flight: bench/adversarial_table.py
 triton|3|gpu|Do Triton candidates time like do_bench, and how long is a Triton round: bench/triton_gpu.py
@@ -217,6 +218,11 @@ step() {
             run fidelity.log "$STEP_LIMIT" "$PY" bench/timing_fidelity.py --parallel "$JOBS" $FIDELITY_ARGS \
                 --json "$OUT/timing_fidelity.json"; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/fidelity.log")" ;;
+        fidelity-nocover)
+            # shellcheck disable=SC2086
+            run fidelity-nocover.log "$STEP_LIMIT" "$PY" bench/timing_fidelity.py --parallel "$JOBS" --no-launch-cover \
+                $FIDELITY_ARGS --json "$OUT/timing_fidelity-nocover.json"; rc=$?
+            printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/fidelity-nocover.log")" ;;
         cover)
             run cover.log "$STEP_LIMIT" "$PY" -m pytest -v -p no:cacheprovider -m gpu -rfE --tb=short \
                 -k "loaded_hosts_delay or is_counted_late" tests/test_launch_cover.py tests/test_kernel_timer.py; rc=$?

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import importlib.util
 import json
@@ -304,6 +305,8 @@ def main() -> int:
     ap.add_argument("--cache-dir", default="")
     ap.add_argument("--parallel", type=int, default=1, help="evaluations in flight (1: one at a time)")
     ap.add_argument("--seed", type=int, default=0, help="do_bench's model and input seed (the engine draws its own)")
+    ap.add_argument("--no-launch-cover", action="store_true",
+                    help="time with the flush alone ([timing] launch_cover = false): the A/B of timing.LaunchCover")
     ap.add_argument("--proc-samples", action="store_true",
                     help="sample every process's CPU time, to name what ran during a slow window (Linux)")
     args = ap.parse_args()
@@ -314,6 +317,8 @@ def main() -> int:
     options = EvalOptions(device="cuda", spares=1)  # the bench takes turns among its evaluators itself
     if args.cache_dir:
         options = EvalOptions(device="cuda", cache_dir=Path(args.cache_dir), spares=1)
+    if args.no_launch_cover:
+        options = dataclasses.replace(options, timing={**options.timing, "launch_cover": False})
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
         activity = stack.enter_context(ProcessActivity()) if args.proc_samples else None

@@ -74,6 +74,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
                                    "(never best, never fast); 0 turns the rule off"),
         "noise_retries": Key(NOISE_RETRIES, int, minimum=0, doc="re-measurements of a noisy timing"),
         "l2_flush": Key(True, bool),
+        "launch_cover": Key(True, bool,
+                            doc="on a loaded host, a spin kernel after each timed call's flush, as long as the host's "
+                                "recent queueing of the call exceeds its least and the flush, so the events hold what "
+                                "they would on an idle machine (timing.LaunchCover); false: the flush alone"),
         "baselines": Key(["eager"], list, doc='"eager" always; add "compile" for torch.compile'),
     },
     "timeouts": {

@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "bench" / "gpu_check.sh"
-STEPS = ("tests", "tests-integrity", "examples", "latency", "spares", "fidelity", "cover", "adversarial", "triton",
+STEPS = ("tests", "tests-integrity", "examples", "latency", "spares", "fidelity", "fidelity-nocover", "cover", "adversarial", "triton",
          "sweep-level1", "sweep-level2", "sweep-level3", "sweep-all", "sweep-recheck", "rnn-alone", "window-stacks", "batch", "tui",
          "sol", "host-copy", "peak-trace", "ncu-cost", "event-gap", "disturbance", "launch-path", "ncu-spares")
 BASH = shutil.which("bash")

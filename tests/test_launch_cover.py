@@ -117,3 +117,16 @@ def test_a_loaded_hosts_delay_stays_out_of_the_events_and_a_host_bound_calls_own
     assert own.cover is not None and own.cover.largest_us["candidate"] < 60.0
     assert min(own.late_launches().values()) >= 0.9, own.late_launches()
     assert statistics.median(bound["candidate"]) * 1e3 > device_us + 150.0
+
+
+def test_the_setting_turns_the_spin_kernel_off() -> None:
+    """`[timing] launch_cover = false` (engine/config.py; the pipeline passes it to the Timer, bench/timing_fidelity.py
+    --no-launch-cover for the A/B): the timer keeps no spin kernel and times with the flush alone."""
+    import torch
+    from cudaforge.engine.config import defaults
+
+    assert defaults()["timing"]["launch_cover"] is True
+    timing.capture_clocks()
+    cuda = torch.device("cuda")  # no allocation without the flush buffer: this runs on a CPU-only torch too
+    assert timing.Timer(cuda, l2_flush=False, l2_bytes=0)._spin is torch.cuda._sleep
+    assert timing.Timer(cuda, l2_flush=False, l2_bytes=0, launch_cover=False)._spin is None

@@ -271,7 +271,7 @@ class LaunchCover:
 class Timer:
     """Interleaved timing of several callables with an L2 flush before every call."""
 
-    def __init__(self, device: Any, l2_flush: bool, l2_bytes: int) -> None:
+    def __init__(self, device: Any, l2_flush: bool, l2_bytes: int, launch_cover: bool = True) -> None:
         import torch
 
         self.device = device
@@ -291,7 +291,7 @@ class Timer:
         # for the host in it (late_launches), and what the host did meanwhile (host_load).
         self.late_calls: dict[str, list[bool]] = {}
         self.host_load: HostLoad | None = None
-        self._spin = REAL_CLOCKS.get("spin") if self.cuda else None
+        self._spin = REAL_CLOCKS.get("spin") if self.cuda and launch_cover else None
         self._calibration: tuple[float, float] | None = None  # (spin cycles per µs, flush µs), once per timer
         self.cover: LaunchCover | None = None  # the last event_times' launch cover (None without a spin kernel)
 
