@@ -48,6 +48,16 @@ def test_a_host_bound_call_stays_host_bound() -> None:
     assert cover.cover_us("candidate") < 0.05 * 300.0  # the jitter's: its events stay the host's pace
 
 
+def test_without_a_warm_up_the_first_timed_call_shows_the_calls_own_cost_first() -> None:
+    cover = LaunchCover({"candidate": []}, flush_us=50.0)
+    assert cover.cover_us("candidate") == 0.0
+    cover.observed("candidate", 300.0)  # host-bound by itself: 300 µs is its own cost, nothing to cover
+    assert cover.cover_us("candidate") == 0.0
+    cover.observed("candidate", 40.0)  # then a quick one: the 300 µs was a loaded host's
+    cover.observed("candidate", 320.0)
+    assert cover.cover_us("candidate") == pytest.approx(COVER_MARGIN * (300.0 - 50.0))
+
+
 def test_the_cover_never_passes_its_cap() -> None:
     cover = LaunchCover({"candidate": [20.0]}, flush_us=30.0)
     for _ in range(COVER_WINDOW):  # a host stalled for a second per call

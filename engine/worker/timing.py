@@ -244,7 +244,8 @@ class LaunchCover:
 
     def __init__(self, warmup_host_us: dict[str, list[float]], flush_us: float) -> None:
         self.flush_us = flush_us
-        self.least_us = {n: min(us, default=0.0) + EVENT_QUEUE_US for n, us in warmup_host_us.items()}
+        # no warm-up call: no least yet, so no cover until a timed call has shown the call's own cost
+        self.least_us = {n: min(us) + EVENT_QUEUE_US if us else math.inf for n, us in warmup_host_us.items()}
         self.recent_us: dict[str, list[float]] = {
             n: [statistics.median(us) + EVENT_QUEUE_US] if us else [] for n, us in warmup_host_us.items()}
         self.largest_us: dict[str, float] = {n: 0.0 for n in warmup_host_us}  # the longest cover each side got
@@ -253,7 +254,7 @@ class LaunchCover:
         """The spin before `name`'s next timed call, in µs (0: the host queues it as fast as it ever did, or the
         flush outlasts the delay)."""
         recent = self.recent_us[name]
-        if not recent:
+        if not recent or math.isinf(self.least_us[name]):
             return 0.0
         delay = statistics.median(recent) - max(self.flush_us, self.least_us[name])
         us = min(max(COVER_MARGIN * delay, 0.0), MAX_COVER_US)
