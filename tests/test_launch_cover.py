@@ -58,6 +58,50 @@ def test_without_a_warm_up_the_first_timed_call_shows_the_calls_own_cost_first()
     assert cover.cover_us("candidate") == pytest.approx(COVER_MARGIN * (300.0 - 50.0))
 
 
+def _with_reference(reference: list[float], candidate: list[float], flush_us: float = 53.0) -> LaunchCover:
+    return LaunchCover({"reference": reference, "candidate": candidate}, flush_us=flush_us, load_from="reference")
+
+
+def test_the_reference_measures_the_load_and_a_loaded_candidate_is_covered_as_far_as_it_explains() -> None:
+    # session 39's gelu on a loaded H200: the reference queued in about 4x its least, the candidate in 163 µs
+    cover = _with_reference([10.0] * 8, [25.0] * 8)  # least: reference 25, candidate 40 (+ EVENT_QUEUE_US)
+    for _ in range(COVER_WINDOW):
+        cover.observed("reference", 100.0)
+        cover.observed("candidate", 163.0)
+    assert cover.cover_us("reference") == pytest.approx(COVER_MARGIN * (100.0 - 53.0))
+    # expected min(163, 40 x 100/25 = 160): the flush and the cover outlast nearly all of it
+    assert cover.cover_us("candidate") == pytest.approx(COVER_MARGIN * (160.0 - 53.0))
+
+
+def test_candidate_code_cannot_buy_a_cover_with_its_own_host_time() -> None:
+    # one quick warm-up call, then 300 µs of host work before every launch (reading the inputs on a side stream
+    # while the GPU would spin), on an unloaded host: the reference's queueing does not move, nothing is covered
+    cover = _with_reference([10.0] * 8, [5.0] + [300.0] * 7)
+    for _ in range(COVER_WINDOW):
+        cover.observed("reference", 26.0)
+        cover.observed("candidate", 315.0)
+    assert cover.cover_us("candidate") == 0.0
+    # the same from its own figures alone (no load callable) would have covered most of that work
+    alone = LaunchCover({"candidate": [5.0] + [300.0] * 7}, flush_us=53.0)
+    for _ in range(COVER_WINDOW):
+        alone.observed("candidate", 315.0)
+    assert alone.cover_us("candidate") > 250.0
+
+
+def test_a_host_bound_candidate_on_a_loaded_host_gets_the_loads_delay_covered_not_its_own_time() -> None:
+    cover = _with_reference([10.0] * 8, [300.0] * 8)  # least: reference 25, candidate 315
+    for _ in range(COVER_WINDOW):  # 100 µs of preemption in every call, on both sides
+        cover.observed("reference", 125.0)
+        cover.observed("candidate", 415.0)
+    assert cover.cover_us("candidate") == pytest.approx(COVER_MARGIN * (415.0 - 315.0))
+
+
+def test_no_cover_for_a_candidate_before_the_reference_has_a_least() -> None:
+    cover = _with_reference([], [20.0] * 4)
+    cover.observed("candidate", 400.0)
+    assert cover.cover_us("candidate") == 0.0
+
+
 def test_the_cover_never_passes_its_cap() -> None:
     cover = LaunchCover({"candidate": [20.0]}, flush_us=30.0)
     for _ in range(COVER_WINDOW):  # a host stalled for a second per call
@@ -108,7 +152,7 @@ def test_a_loaded_hosts_delay_stays_out_of_the_events_and_a_host_bound_calls_own
     def loaded() -> dict[str, Callable[[], object]]:
         return {side: _launch_after(relu, lambda i: 300e-6 if i % 4 else 0.0) for side in ("reference", "candidate")}
 
-    covered = timing.Timer(device, l2_flush=True, l2_bytes=l2)
+    covered = timing.Timer(device, l2_flush=True, l2_bytes=l2, cover_load_from="reference")
     with_cover = covered.event_times(loaded(), warmup=16, trials=80)
     bare = timing.Timer(device, l2_flush=True, l2_bytes=l2)
     bare._spin = None  # the flush alone in front of each call: the timer as it was before the cover

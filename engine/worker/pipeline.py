@@ -628,7 +628,9 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
     l2 = 0
     if device.type == "cuda":
         l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20))
-    timer = Timer(device, bool(t["l2_flush"]), l2, launch_cover=bool(t.get("launch_cover", True)))
+    # The host's load is read from the reference's queueing, never from candidate code's (timing.LaunchCover).
+    timer = Timer(device, bool(t["l2_flush"]), l2, launch_cover=bool(t.get("launch_cover", True)),
+                  cover_load_from="reference")
     candidate_calls = runtime_checks.Rotation(model_new, draws)
     fns: dict[str, Any] = {"reference": runtime_checks.Rotation(model, draws), "candidate": candidate_calls}
     atol, rtol = runtime_checks.timed_tolerance(float(tolerance[0]), float(tolerance[1]), default_numerics, device)

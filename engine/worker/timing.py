@@ -236,27 +236,48 @@ class LaunchCover:
 
     The events then hold what they hold on an idle machine, and what `triton.testing.do_bench` gives there:
     the call's device work, plus the part of its own host path (a Python prologue before its first launch) that
-    outlasts the flush. A call that is host-bound by itself stays host-bound in its events: the cover is the
-    expected queueing time (the median of the last COVER_WINDOW calls, the warm-up's at first) less the least
-    seen (the call's own cost, measured when the host was least loaded) and less the flush that runs first,
-    never under 0 and at most MAX_COVER_US. Only GPU time outside the events goes to it: the L2 flush, the
+    outlasts the flush. The cover is the expected queueing time (the median of the last COVER_WINDOW calls, the
+    warm-up's at first) less the least seen (the call's own cost, measured when the host was least loaded) and
+    less the flush that runs first, never under 0 and at most MAX_COVER_US: a call that is host-bound by itself
+    stays host-bound in its events.
+
+    `load_from` names the callable whose queueing measures the host's load (the harness's reference): another
+    callable's expected queueing is then at most its least times that one's slowdown (recent / least). Candidate
+    code decides its own host time; with the cover taken from its own figures alone, a candidate that queued one
+    call quickly and then spent host time before its launches (reading inputs on a side stream while the GPU
+    spins) would have that time covered. Only GPU time outside the events goes to the cover: the L2 flush, the
     interleaving and the median do not change."""
 
-    def __init__(self, warmup_host_us: dict[str, list[float]], flush_us: float) -> None:
+    def __init__(self, warmup_host_us: dict[str, list[float]], flush_us: float, load_from: str | None = None) -> None:
         self.flush_us = flush_us
+        self.load_from = load_from if load_from in warmup_host_us else None
         # no warm-up call: no least yet, so no cover until a timed call has shown the call's own cost
         self.least_us = {n: min(us) + EVENT_QUEUE_US if us else math.inf for n, us in warmup_host_us.items()}
         self.recent_us: dict[str, list[float]] = {
             n: [statistics.median(us) + EVENT_QUEUE_US] if us else [] for n, us in warmup_host_us.items()}
         self.largest_us: dict[str, float] = {n: 0.0 for n in warmup_host_us}  # the longest cover each side got
 
+    def _expected_us(self, name: str) -> float | None:
+        """`name`'s expected queueing now: its recent median, capped by the load callable's slowdown."""
+        recent, least = self.recent_us[name], self.least_us[name]
+        if not recent or math.isinf(least):
+            return None
+        expected = statistics.median(recent)
+        source = self.load_from
+        if source is not None and source != name:
+            load_recent, load_least = self.recent_us[source], self.least_us[source]
+            if not load_recent or math.isinf(load_least):
+                return least  # no load measured yet: no cover
+            expected = min(expected, least * max(statistics.median(load_recent) / load_least, 1.0))
+        return expected
+
     def cover_us(self, name: str) -> float:
         """The spin before `name`'s next timed call, in µs (0: the host queues it as fast as it ever did, or the
         flush outlasts the delay)."""
-        recent = self.recent_us[name]
-        if not recent or math.isinf(self.least_us[name]):
+        expected = self._expected_us(name)
+        if expected is None:
             return 0.0
-        delay = statistics.median(recent) - max(self.flush_us, self.least_us[name])
+        delay = expected - max(self.flush_us, self.least_us[name])
         us = min(max(COVER_MARGIN * delay, 0.0), MAX_COVER_US)
         self.largest_us[name] = max(self.largest_us[name], us)
         return us
@@ -272,7 +293,8 @@ class LaunchCover:
 class Timer:
     """Interleaved timing of several callables with an L2 flush before every call."""
 
-    def __init__(self, device: Any, l2_flush: bool, l2_bytes: int, launch_cover: bool = True) -> None:
+    def __init__(self, device: Any, l2_flush: bool, l2_bytes: int, launch_cover: bool = True,
+                 cover_load_from: str | None = None) -> None:
         import torch
 
         self.device = device
@@ -295,6 +317,7 @@ class Timer:
         self._spin = REAL_CLOCKS.get("spin") if self.cuda and launch_cover else None
         self._calibration: tuple[float, float] | None = None  # (spin cycles per µs, flush µs), once per timer
         self.cover: LaunchCover | None = None  # the last event_times' launch cover (None without a spin kernel)
+        self.cover_load_from = cover_load_from  # the callable whose queueing measures the host's load (LaunchCover)
 
     def flush(self) -> None:
         if self.flush_buffer is not None:
@@ -376,7 +399,7 @@ class Timer:
                 self._spin = None
         if self._spin is not None:
             self.cover = LaunchCover({n: [t * 1e6 for t in host_call_s[n]] for n in names},
-                                     flush_us if self.flush_buffer is not None else 0.0)
+                                     flush_us if self.flush_buffer is not None else 0.0, self.cover_load_from)
         probe = HostLoadProbe(_device_maps if self.cuda else None)
         probe.start()
         if hooks is not None:
