@@ -164,6 +164,34 @@ def test_gpu_a_call_the_host_queues_slower_than_the_gpu_runs_it_is_counted_late(
     assert load["queue_us"]["candidate"] > 300, load  # its 0.3 ms host spin lies between flush and end event
 
 
+@pytest.mark.gpu
+def test_gpu_a_candidate_quick_now_and_then_gets_no_cover_for_its_host_time(gpu_opts, tmp_path: Path) -> None:
+    """Candidate code that queues one call in twenty quickly and spends 0.3 ms on the host before every other
+    launch, on an unloaded host: from its own figures the launch cover would have spun through that host time
+    (its least is the quick call's), and its events would have shown its relu's. The cover reads the host's load
+    from the reference's queueing (timing.LaunchCover `load_from`), which did not move: no cover, and the events
+    keep the candidate's host time."""
+    import asyncio
+
+    from cudaforge.engine.candidate import Candidate
+    from cudaforge.engine.evaluation.evaluator import Evaluator
+    from cudaforge.engine.task import load_task
+
+    task = tmp_path / "task.py"
+    task.write_text("import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                    "        return torch.relu(x)\n\n\ndef get_inputs():\n    return [torch.randn(1 << 20)]\n\n\n"
+                    "def get_init_inputs():\n    return []\n")
+    source = ("import time\nimport torch\n\n\nclass ModelNew(torch.nn.Module):\n    calls = 0\n\n"
+              "    def forward(self, x):\n        ModelNew.calls += 1\n        if ModelNew.calls % 20:\n"
+              "            t = time.perf_counter()\n            while time.perf_counter() - t < 3e-4:\n"
+              "                pass\n        return torch.relu(x)\n")
+    r = asyncio.run(Evaluator(gpu_opts).evaluate(load_task(task), Candidate(source=source, format="python")))
+    assert r.timing is not None, describe(r)
+    cover = r.timing.settings["launch_cover_us"]
+    assert cover["candidate"] < 60.0, cover
+    assert r.timing.candidate.median_ms > r.timing.reference.median_ms + 0.15, describe(r)  # its host time counted
+
+
 def test_the_exclusive_hold_goes_before_cupti_stops(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ending the profiler session and reading its records are host work: `done()` (where the worker lets the GPU
     go) comes right after the host-timed calls, before the session stops; on an exception in the calls the
