@@ -130,13 +130,9 @@ def test_gpu_side_stream_work_disagrees_or_fails(gpu_opts) -> None:
     assert r.timing.kernel_candidate.median_ms > r.timing.candidate.median_ms, describe(r)
 
 
-@pytest.mark.gpu
-def test_gpu_a_call_the_host_queues_slower_than_the_gpu_runs_it_is_counted_late(gpu_opts, tmp_path: Path) -> None:
-    """A candidate that spins 0.3 ms on the host before its kernel, every call: the flush (tens of µs) cannot
-    cover that, so the GPU reaches each start event before the call is queued, and the timing says so for nearly
-    every call (settings["late_launches"], timing.Timer.late_launches). That is the candidate's own cost, not a
-    loaded host's: the launch cover (timing.LaunchCover) stays near 0 and its events keep the host's pace, as an
-    idle machine's do_bench would (settings["launch_cover_us"])."""
+def _relu_after_host_spin(options, tmp_path: Path, spins_when: str):  # -> EvalResult
+    """A relu task evaluated against candidate code that spins 0.3 ms on the host before its relu on the calls
+    where `spins_when` (a Python expression; `ModelNew.calls` counts the calls from 1) holds."""
     import asyncio
 
     from cudaforge.engine.candidate import Candidate
@@ -147,10 +143,21 @@ def test_gpu_a_call_the_host_queues_slower_than_the_gpu_runs_it_is_counted_late(
     task.write_text("import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
                     "        return torch.relu(x)\n\n\ndef get_inputs():\n    return [torch.randn(1 << 20)]\n\n\n"
                     "def get_init_inputs():\n    return []\n")
-    source = ("import time\nimport torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
-              "        t = time.perf_counter()\n        while time.perf_counter() - t < 3e-4:\n            pass\n"
-              "        return torch.relu(x)\n")
-    r = asyncio.run(Evaluator(gpu_opts).evaluate(load_task(task), Candidate(source=source, format="python")))
+    source = ("import time\nimport torch\n\n\nclass ModelNew(torch.nn.Module):\n    calls = 0\n\n"
+              f"    def forward(self, x):\n        ModelNew.calls += 1\n        if {spins_when}:\n"
+              "            t = time.perf_counter()\n            while time.perf_counter() - t < 3e-4:\n"
+              "                pass\n        return torch.relu(x)\n")
+    return asyncio.run(Evaluator(options).evaluate(load_task(task), Candidate(source=source, format="python")))
+
+
+@pytest.mark.gpu
+def test_gpu_a_call_the_host_queues_slower_than_the_gpu_runs_it_is_counted_late(gpu_opts, tmp_path: Path) -> None:
+    """A candidate that spins 0.3 ms on the host before its kernel, every call: the flush (tens of µs) cannot
+    cover that, so the GPU reaches each start event before the call is queued, and the timing says so for nearly
+    every call (settings["late_launches"], timing.Timer.late_launches). That is the candidate's own cost, not a
+    loaded host's: the launch cover (timing.LaunchCover) stays near 0 and its events keep the host's pace, as an
+    idle machine's do_bench would (settings["launch_cover_us"])."""
+    r = _relu_after_host_spin(gpu_opts, tmp_path, "True")
     assert r.timing is not None, describe(r)
     late, cover = r.timing.settings["late_launches"], r.timing.settings["launch_cover_us"]
     assert late["candidate"] >= 0.9, (late, cover)
@@ -171,21 +178,7 @@ def test_gpu_a_candidate_quick_now_and_then_gets_no_cover_for_its_host_time(gpu_
     (its least is the quick call's), and its events would have shown its relu's. The cover reads the host's load
     from the reference's queueing (timing.LaunchCover `load_from`), which did not move: no cover, and the events
     keep the candidate's host time."""
-    import asyncio
-
-    from cudaforge.engine.candidate import Candidate
-    from cudaforge.engine.evaluation.evaluator import Evaluator
-    from cudaforge.engine.task import load_task
-
-    task = tmp_path / "task.py"
-    task.write_text("import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
-                    "        return torch.relu(x)\n\n\ndef get_inputs():\n    return [torch.randn(1 << 20)]\n\n\n"
-                    "def get_init_inputs():\n    return []\n")
-    source = ("import time\nimport torch\n\n\nclass ModelNew(torch.nn.Module):\n    calls = 0\n\n"
-              "    def forward(self, x):\n        ModelNew.calls += 1\n        if ModelNew.calls % 20:\n"
-              "            t = time.perf_counter()\n            while time.perf_counter() - t < 3e-4:\n"
-              "                pass\n        return torch.relu(x)\n")
-    r = asyncio.run(Evaluator(gpu_opts).evaluate(load_task(task), Candidate(source=source, format="python")))
+    r = _relu_after_host_spin(gpu_opts, tmp_path, "ModelNew.calls % 20")
     assert r.timing is not None, describe(r)
     cover = r.timing.settings["launch_cover_us"]
     assert cover["candidate"] < 60.0, cover
