@@ -213,16 +213,13 @@ step() {
             done
             printf '%s\t%s\n' "$( [ "$failed" = 0 ] && status "$rc" || echo 'fail(profiles)')" \
                 "spare wait (2 sessions):$waits; failed profiles $failed" ;;
-        fidelity)
+        fidelity|fidelity-nocover)
+            local suffix="" cover=()  # fidelity-nocover: the same bench with the flush alone, its own files
+            [ "$1" = fidelity-nocover ] && suffix=-nocover && cover=(--no-launch-cover)
             # shellcheck disable=SC2086
-            run fidelity.log "$STEP_LIMIT" "$PY" bench/timing_fidelity.py --parallel "$JOBS" $FIDELITY_ARGS \
-                --json "$OUT/timing_fidelity.json"; rc=$?
-            printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/fidelity.log")" ;;
-        fidelity-nocover)
-            # shellcheck disable=SC2086
-            run fidelity-nocover.log "$STEP_LIMIT" "$PY" bench/timing_fidelity.py --parallel "$JOBS" --no-launch-cover \
-                $FIDELITY_ARGS --json "$OUT/timing_fidelity-nocover.json"; rc=$?
-            printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/fidelity-nocover.log")" ;;
+            run "fidelity$suffix.log" "$STEP_LIMIT" "$PY" bench/timing_fidelity.py --parallel "$JOBS" "${cover[@]}" \
+                $FIDELITY_ARGS --json "$OUT/timing_fidelity$suffix.json"; rc=$?
+            printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/fidelity$suffix.log")" ;;
         cover)
             run cover.log "$STEP_LIMIT" "$PY" -m pytest -v -p no:cacheprovider -m gpu -rfE --tb=short \
                 -k "loaded_hosts_delay or is_counted_late or quick_now_and_then" tests/test_launch_cover.py tests/test_kernel_timer.py; rc=$?
