@@ -130,6 +130,11 @@ def test_gpu_side_stream_work_disagrees_or_fails(gpu_opts) -> None:
     assert r.timing.kernel_candidate.median_ms > r.timing.candidate.median_ms, describe(r)
 
 
+# The longest cover a host-bound candidate may get: a third of its 0.3 ms host spin. Its largest cover is host
+# jitter above its least queueing (70 µs on an H100 with 16 CPUs, session 41), never the spin itself.
+COVER_BOUND_US = 100.0
+
+
 def _relu_after_host_spin(options, tmp_path: Path, spins_when: str):  # -> EvalResult
     """A relu task evaluated against candidate code that spins 0.3 ms on the host before its relu on the calls
     where `spins_when` (a Python expression; `ModelNew.calls` counts the calls from 1) holds."""
@@ -162,7 +167,7 @@ def test_gpu_a_call_the_host_queues_slower_than_the_gpu_runs_it_is_counted_late(
     late, cover = r.timing.settings["late_launches"], r.timing.settings["launch_cover_us"]
     assert late["candidate"] >= 0.9, (late, cover)
     assert 0.0 <= late["reference"] <= 1.0, late
-    assert cover["candidate"] < 60.0, cover  # the jitter above its least host time, not its 0.3 ms
+    assert cover["candidate"] < COVER_BOUND_US, cover  # the jitter above its least host time, not its 0.3 ms
     assert r.timing.candidate.median_ms > r.timing.reference.median_ms + 0.15, describe(r)  # the host's pace
     # its host ran all along (it spins): late from a slow call, not from losing the core (timing.HostLoad)
     load = r.timing.settings["host_load"]
@@ -181,7 +186,7 @@ def test_gpu_a_candidate_quick_now_and_then_gets_no_cover_for_its_host_time(gpu_
     r = _relu_after_host_spin(gpu_opts, tmp_path, "ModelNew.calls % 20")
     assert r.timing is not None, describe(r)
     cover = r.timing.settings["launch_cover_us"]
-    assert cover["candidate"] < 60.0, cover
+    assert cover["candidate"] < COVER_BOUND_US, cover
     assert r.timing.candidate.median_ms > r.timing.reference.median_ms + 0.15, describe(r)  # its host time counted
 
 
