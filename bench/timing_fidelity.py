@@ -123,6 +123,8 @@ def _row(r: Any, wall_s: float) -> dict[str, Any]:
             "late_launches": dict(t.settings.get("late_launches") or {}) if t else {},
             # per side, the longest spin its timed calls were queued behind (timing.LaunchCover)
             "launch_cover_us": dict(t.settings.get("launch_cover_us") or {}) if t else {},
+            # ... and all its spins together, ms: what the cover added to the window's wall
+            "launch_cover_total_ms": dict(t.settings.get("launch_cover_total_ms") or {}) if t else {},
             # the timing thread's CPU time, preemptions and the machine's runnable threads in the window
             "host_load": dict(t.settings.get("host_load") or {}) if t else {},
             "findings": [f"{f.severity}:{f.name}" for f in r.findings], "wall_s": wall_s,
@@ -213,7 +215,7 @@ def summarize(engine: dict[str, list[dict[str, Any]]], bench: dict[str, dict[str
 
 
 RUN_KEYS = ("cand_us", "cand_busy_us", "cand_host_us", "ref_us", "ref_busy_us", "measurements", "late_launches",
-            "launch_cover_us", "host_load", "worker")
+            "launch_cover_us", "launch_cover_total_ms", "host_load", "worker")
 
 
 def us(value: Any) -> str:
@@ -228,6 +230,15 @@ def _shares(late: dict[str, float] | None) -> str:
 
 def _shares_us(values: dict[str, float] | None) -> str:
     return ", ".join(f"{side} {v:.1f}" for side, v in sorted(values.items())) if values else "-"
+
+
+def _cover(run: dict[str, Any]) -> str:
+    """A run's launch cover per side: its longest spin (µs) / all its spins (ms), "-" without one."""
+    longest, total = run.get("launch_cover_us") or {}, run.get("launch_cover_total_ms") or {}
+    if not longest:
+        return "-"
+    return ", ".join(f"{side} {us:.1f} / {total[side]:.1f}" if side in total else f"{side} {us:.1f}"
+                     for side, us in sorted(longest.items()))
 
 
 def host_line(load: dict[str, Any] | None) -> str:
@@ -268,13 +279,14 @@ def table(rows: list[dict[str, Any]], activity: Any = None) -> str:
         out.append(f"| {r['task']} | {r['engine_speedup']:.3f}× | {db.get('speedup', 0):.3f}× | {agree} | "
                    f"{r['engine_cand_us']:.1f} | {db.get('cand_us', 0):.1f} | {spread} | "
                    f"{(r['speedup_spread'] - 1) * 100:.1f} % | {gate} |")
-    out += ["", "| task | slowest run: calls launched late | its launch cover, µs | fastest run: late | cover, µs |",
+    out += ["", "| task | slowest run: calls launched late | its launch cover: longest µs / all ms | fastest run: late "
+            "| cover |",
             "| --- | --- | --- | --- | --- |"]
     for r in rows:
         if "error" not in r:
             w, f = r["slowest_run"], r["fastest_run"]
-            out.append(f"| {r['task']} | {_shares(w.get('late_launches'))} | {_shares_us(w.get('launch_cover_us'))} | "
-                       f"{_shares(f.get('late_launches'))} | {_shares_us(f.get('launch_cover_us'))} |")
+            out.append(f"| {r['task']} | {_shares(w.get('late_launches'))} | {_cover(w)} | "
+                       f"{_shares(f.get('late_launches'))} | {_cover(f)} |")
     slow = [r for r in rows if "error" not in r and r["spread_gated"] and not r["spread_ok"]]
     for r in slow:  # a missed spread: events against CUPTI's busy time in the slowest run
         w = r["slowest_run"]

@@ -17,6 +17,7 @@ def _run(cand_us: float, busy_us: float, ref_us: float = 70.3, late: float = 0.0
             "ref_busy_us": 68.0, "cand_busy_us": busy_us, "ref_host_us": 80.0, "cand_host_us": cand_us + 9,
             "measurements": 1, "late_launches": {"candidate": late, "reference": 0.0}, "findings": [], "wall_s": 3.0,
             "launch_cover_us": {"candidate": 180.0 if late else 0.0, "reference": 0.0},
+            "launch_cover_total_ms": {"candidate": 61.2 if late else 0.0, "reference": 0.0},
             "host_load": {"started_at": 1000.0, "wall_s": 0.25, "cpu_s": cpu_s, "involuntary_switches": preempted,
                           "voluntary_switches": 40, "runnable": 9, "system_s": 0.004, "device_maps": 0,
                           "queue_us": {"candidate": 31.5, "reference": 22.25}, "steal_s": 0.0, "cpu": 5,
@@ -49,7 +50,8 @@ def test_a_missed_spread_names_the_slowest_runs_events_busy_and_host_times() -> 
             "forked") in text
     assert "relu, slowest run" not in text  # only a missed spread gets the line
     # each task's late share and launch cover in its slowest and fastest runs (timing.LaunchCover)
-    assert "| gelu | candidate 93%, reference 0% | candidate 180.0, reference 0.0 | candidate 0%, reference 0% |" in text
+    assert ("| gelu | candidate 93%, reference 0% | candidate 180.0 / 61.2, reference 0.0 / 0.0 | "
+            "candidate 0%, reference 0% | candidate 0.0 / 0.0, reference 0.0 / 0.0 |") in text
     # gelu misses its spread, relu its agreement (its reference here 70.3 µs against do_bench's 57)
     assert timing_fidelity.verdict(list(rows.values())) == "0 of 2 ok, missed: gelu, relu"
     assert timing_fidelity.verdict([{"task": "short", "agree_ok": True, "spread_gated": False, "spread_ok": False},
