@@ -222,7 +222,7 @@ step() {
             printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/fidelity$suffix.log")" ;;
         cover)
             run cover.log "$STEP_LIMIT" "$PY" -m pytest -v -p no:cacheprovider -m gpu -rfE --tb=short \
-                -k "loaded_hosts_delay or is_counted_late or quick_now_and_then or keeps_the_host_ahead" tests/test_launch_cover.py tests/test_kernel_timer.py; rc=$?
+                -k "loaded_hosts_delay or is_counted_late or quick_now_and_then" tests/test_launch_cover.py tests/test_kernel_timer.py; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(pytest_line "$OUT/cover.log")" ;;
         adversarial)
             run adversarial.log "$STEP_LIMIT" "$PY" bench/adversarial_table.py --parallel "$JOBS" \

@@ -38,18 +38,13 @@ def test_a_loaded_host_gets_its_delay_covered_beyond_the_calls_own_cost() -> Non
     assert cover.largest_us["candidate"] == pytest.approx(COVER_MARGIN * (310.0 - 50.0))
 
 
-def test_no_cover_while_the_gpu_is_still_behind_the_host_and_the_window_counts_what_it_added() -> None:
-    # a loaded host, but the GPU has not yet started the previous timed call (a long kernel keeps the host ahead):
-    # that call and the flush lie before this start event, so a spin would only lengthen the window
+def test_the_window_counts_what_the_spins_added() -> None:
     cover = LaunchCover({"reference": [30.0, 150.0, 150.0, 160.0]}, flush_us=50.0)
-    assert cover.cover_us("reference", gpu_behind=True) == 0.0
-    assert cover.behind_calls["reference"] == 1 and cover.total_us["reference"] == 0.0
-    first = cover.cover_us("reference")  # the GPU caught up: the loaded host's delay is covered again
+    first = cover.cover_us("reference")
     assert first == pytest.approx(COVER_MARGIN * (150.0 + timing.EVENT_QUEUE_US - 50.0))
     second = cover.cover_us("reference")
     assert cover.total_us["reference"] == pytest.approx(first + second)  # every spin, in the window's wall
     assert cover.largest_us["reference"] == pytest.approx(first)
-    assert cover.behind_calls["reference"] == 1
 
 
 def test_a_host_bound_call_stays_host_bound() -> None:
@@ -185,35 +180,6 @@ def test_a_loaded_hosts_delay_stays_out_of_the_events_and_a_host_bound_calls_own
     assert own.cover is not None and own.cover.largest_us["candidate"] < 60.0
     assert min(own.late_launches().values()) >= 0.9, own.late_launches()
     assert statistics.median(bound["candidate"]) * 1e3 > device_us + 150.0
-
-
-@pytest.mark.gpu
-def test_a_long_call_keeps_the_host_ahead_and_gets_no_cover_on_a_loaded_host() -> None:
-    """A relu over 1 GiB (about half a millisecond) behind a host that waits 0.3 ms before three launches in four:
-    the host stays ahead of the GPU, so nearly every call is queued before the GPU has started the one before it
-    (LaunchCover.cover_us `gpu_behind`), gets no spin, and the window is no longer than its calls."""
-    import torch
-
-    if not torch.cuda.is_available():
-        pytest.skip("needs CUDA")
-    timing.capture_clocks()
-    device = torch.device("cuda")
-    x = torch.randn(1 << 28, device=device)
-    l2 = int(torch.cuda.get_device_properties(device).L2_cache_size)
-
-    def relu() -> object:
-        return torch.relu(x)
-
-    timer = timing.Timer(device, l2_flush=True, l2_bytes=l2, cover_load_from="reference")
-    trials = 60
-    samples = timer.event_times({side: _launch_after(relu, lambda i: 300e-6 if i % 4 else 0.0)
-                                 for side in ("reference", "candidate")}, warmup=16, trials=trials)
-    assert timer.cover is not None
-    behind = sum(timer.cover.behind_calls.values())
-    assert behind >= 0.8 * 2 * trials, (timer.cover.behind_calls, timer.cover.total_us)
-    window_us = sum(sum(v) for v in samples.values()) * 1e3
-    assert sum(timer.cover.total_us.values()) < 0.05 * window_us, (timer.cover.total_us, window_us)
-    assert max(timer.late_launches().values()) <= 0.1, timer.late_launches()
 
 
 def test_the_setting_turns_the_spin_kernel_off() -> None:

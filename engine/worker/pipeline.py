@@ -732,10 +732,8 @@ def timing(job: EvalJob, task: Any, model: Any, model_new: Any, device: Any, fin
         settings["late_launches"] = late
     if timer.cover is not None:  # the longest spin each side's timed calls were queued behind (timing.LaunchCover)
         settings["launch_cover_us"] = {n: round(us, 1) for n, us in timer.cover.largest_us.items()}
-        # ... all the spins together (what the cover added to the window's wall), and the calls it skipped since
-        # the GPU had not reached the call before them (a long call keeps the host ahead)
+        # ... and all the spins together: what the cover added to the window's wall
         settings["launch_cover_total_ms"] = {n: round(us / 1e3, 2) for n, us in timer.cover.total_us.items()}
-        settings["launch_cover_behind"] = dict(timer.cover.behind_calls)
     if timer.host_load is not None:  # the timing thread's CPU time and preemptions in that window
         settings["host_load"] = timer.host_load.as_setting()
     if compiled_note:

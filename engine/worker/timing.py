@@ -257,7 +257,6 @@ class LaunchCover:
             n: [statistics.median(us) + EVENT_QUEUE_US] if us else [] for n, us in warmup_host_us.items()}
         self.largest_us: dict[str, float] = {n: 0.0 for n in warmup_host_us}  # the longest cover each side got
         self.total_us: dict[str, float] = {n: 0.0 for n in warmup_host_us}  # what it added to the window's wall
-        self.behind_calls: dict[str, int] = {n: 0 for n in warmup_host_us}  # calls queued behind a started one
 
     def _expected_us(self, name: str) -> float | None:
         """`name`'s expected queueing now: its recent median, capped by the load callable's slowdown."""
@@ -273,17 +272,14 @@ class LaunchCover:
             expected = min(expected, least * max(statistics.median(load_recent) / load_least, 1.0))
         return expected
 
-    def cover_us(self, name: str, gpu_behind: bool = False) -> float:
+    def cover_us(self, name: str) -> float:
         """The spin before `name`'s next timed call, in µs (0: the host queues it as fast as it ever did, or the
         flush outlasts the delay).
 
-        `gpu_behind`: the GPU has not reached the previous timed call's start event yet, so that whole call and
-        this call's flush lie ahead of this start event, and a spin would only lengthen the window: a call that
-        takes milliseconds keeps the host calls ahead, whatever the load (a 1.4 ms reference got up to 340 µs
-        of cover per call on an H100 with 8 in flight, session 41, though only 4-6 % of its calls launched late)."""
-        if gpu_behind:
-            self.behind_calls[name] += 1
-            return 0.0
+        Asked for every call, also one queued while the GPU is still behind the host (a call of milliseconds):
+        skipping those (session 41) lost the cover after a short call queued behind a spin, the GPU then reached
+        the next start event with only that call ahead, and 31-40 % of a loaded host's short calls were late on an
+        H100 (at most 15 % with the cover asked every time). What the spins add to the window is recorded."""
         expected = self._expected_us(name)
         if expected is None:
             return 0.0
@@ -434,9 +430,7 @@ class Timer:
                     # so the window holds the call's GPU work, not our launch latency after an idle GPU
                     # (waiting per call added 5-40 µs of jitter to 70-150 µs kernels on an H200).
                     start_ev, end_ev = events[i * len(names) + j]
-                    cover_us = 0.0
-                    if self.cover is not None:  # asked once the flush is queued: the GPU has that much ahead
-                        cover_us = self.cover.cover_us(n, gpu_behind=bool(recorded) and not recorded[-1][1].query())
+                    cover_us = self.cover.cover_us(n) if self.cover is not None else 0.0
                     if cover_us > 0:  # the GPU still busy once the host has queued the call (LaunchCover)
                         self._spin(int(cover_us * cycles_per_us))
                     start_ev.record()
