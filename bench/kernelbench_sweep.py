@@ -172,6 +172,8 @@ def timing_record(timing: Any) -> dict[str, Any] | None:
         "trials": timing.candidate.trials,
         "reference_ms": round(timing.reference.median_ms, 4), "candidate_ms": round(timing.candidate.median_ms, 4),
         "late_launches": timing.settings.get("late_launches") or {},
+        # per side, the launch cover's spins summed (ms): what it added to the window (timing.LaunchCover)
+        "launch_cover_ms": timing.settings.get("launch_cover_total_ms") or {},
         "host_load": {k: load[k] for k in ("wall_s", "cpu_s", "system_s", "device_maps", "involuntary_switches",
                                            "runnable", "steal_s", "iteration_us") if k in load},
     }
@@ -232,6 +234,8 @@ def summarize(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     return {"levels": levels, "problems": len(rows), "wall_s": round(wall_s, 1), "phase_totals": phase_totals,
             "handed_ahead": sum(1 for r in rows if r.get("handed_ahead")),
             "memory_wait_s": round(sum((r.get("phases") or {}).get("memory_wait", 0.0) for r in rows), 1),
+            "launch_cover_s": round(sum(sum(((r.get("timing") or {}).get("launch_cover_ms") or {}).values())
+                                        for r in rows) / 1e3, 2),
             "compared_on_device_gib": round(sum(r.get("compared_on_device_gib") or 0.0 for r in rows), 1),
             "compared_from_host_gib": round(sum(r.get("compared_from_host_gib") or 0.0 for r in rows), 1),
             "evaluations_per_minute": round(len(rows) / wall_s * 60, 2) if wall_s > 0 else None}
@@ -252,6 +256,8 @@ def format_summary(summary: dict[str, Any]) -> str:
     if summary.get("memory_wait_s") or summary.get("handed_ahead"):
         lines.append(f"waiting for memory: {summary.get('memory_wait_s', 0.0):.1f} s summed; "
                      f"{summary.get('handed_ahead', 0)} problems went ahead of a larger one that did not fit then")
+    if summary.get("launch_cover_s"):
+        lines.append(f"launch cover: {summary['launch_cover_s']:.2f} s of spins in the timed windows, summed")
     if summary.get("compared_on_device_gib") or summary.get("compared_from_host_gib"):
         lines.append(f"parked outputs' compares: {summary.get('compared_on_device_gib', 0.0):.1f} GiB read from their "
                      f"device heads, {summary.get('compared_from_host_gib', 0.0):.1f} GiB copied over from the host")

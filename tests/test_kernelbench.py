@@ -267,6 +267,23 @@ def test_cpu_sweep_of_the_20_fastest_problems_judges_every_one_correct(cpu_optio
     assert summary["handed_ahead"] == 0  # the CPU device has no card memory to plan for: the sweep's order
 
 
+def test_the_sweep_sums_what_the_launch_cover_added_to_the_timed_windows() -> None:
+    """Each row's timing record carries the cover's spins per side (timing.settings `launch_cover_total_ms`); the
+    summary sums them over the sweep, so a cover that lengthens the windows shows beside the exclusive seconds."""
+    sweep = _sweep_module()
+
+    def row(problem: str, cover_ms: dict[str, float] | None) -> dict:
+        return {"problem": problem, "level": "level1", "correct": True, "expected": True, "does_not_fit": False,
+                "outcome": "no_custom_kernel", "bound_ok": True, "ratio": 1.1, "exclusive_s": 0.3, "shared_s": 1.0,
+                "phases": {"timing": 0.4},
+                "timing": None if cover_ms is None else {"late_launches": {}, "launch_cover_ms": cover_ms}}
+
+    summary = sweep.summarize([row("a", {"reference": 120.5, "candidate": 30.0}), row("b", {}), row("c", None)], 60.0)
+    assert summary["launch_cover_s"] == pytest.approx(0.15)
+    assert "launch cover: 0.15 s of spins in the timed windows, summed" in sweep.format_summary(summary)
+    assert "launch cover" not in sweep.format_summary(sweep.summarize([row("b", {})], 60.0))
+
+
 def test_the_sweep_hands_a_slot_a_problem_that_fits_before_one_that_would_wait_for_memory(tmp_path: Path) -> None:
     """ProblemQueue: the next problem in order unless its estimate does not fit beside what is in flight (or
     what the ledger holds, whichever is more); then the first of the next ones that fits, and where none
