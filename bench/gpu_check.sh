@@ -61,7 +61,7 @@ latency|5|gpu,wheels|How long is a round (nvrtc, 7 examples, with and without it
 spares|3|gpu,wheels|Does every round of a scripted session find its spares warm, and does every profile succeed (SPARE_ROUNDS rounds, two sessions; each profile's spare pool at its take, a failed profile's ncu and target lines): bench/spare_wait.py
 fidelity|5|gpu|Do our timings agree with triton.testing.do_bench: bench/timing_fidelity.py
 fidelity-nocover|5|gpu|The same with the flush alone ([timing] launch_cover = false): the launch cover's A/B, run beside the fidelity step in one call
-cover|1|gpu|Does the launch cover keep a loaded host's delay out of a timed call's events, and leave a call host-bound by itself at the host's pace: its GPU tests
+cover|2|gpu|Does the launch cover keep a loaded host's delay out of a timed call's events, and leave a call host-bound by itself at the host's pace; does a spare make its context only between timed windows: their GPU tests
 adversarial|3|gpu|Is every adversarial candidate caught with evaluations in flight: bench/adversarial_table.py
 triton|3|gpu|Do Triton candidates time like do_bench, and how long is a Triton round: bench/triton_gpu.py
 sweep-level1|9|gpu,kernelbench|Does every KernelBench level-1 reference get its verdict under the memory cap: bench/kernelbench_sweep.py
@@ -222,7 +222,8 @@ step() {
             printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/fidelity$suffix.log")" ;;
         cover)
             run cover.log "$STEP_LIMIT" "$PY" -m pytest -v -p no:cacheprovider -m gpu -rfE --tb=short \
-                -k "loaded_hosts_delay or is_counted_late or quick_now_and_then" tests/test_launch_cover.py tests/test_kernel_timer.py; rc=$?
+                -k "loaded_hosts_delay or is_counted_late or quick_now_and_then or between_windows_holding_nothing" \
+                tests/test_launch_cover.py tests/test_kernel_timer.py tests/test_gpu_rwlock.py; rc=$?
             printf '%s\t%s\n' "$(status $rc)" "$(pytest_line "$OUT/cover.log")" ;;
         adversarial)
             run adversarial.log "$STEP_LIMIT" "$PY" bench/adversarial_table.py --parallel "$JOBS" \

@@ -206,6 +206,9 @@ def format_row(r: dict[str, Any]) -> str:
             + (f"  | {r['message']}" if r["message"] else ""))
 
 
+SLOW_CUPTI_START_S = 0.1
+
+
 def summarize(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     levels: dict[str, dict[str, Any]] = {}
     for r in rows:
@@ -236,6 +239,10 @@ def summarize(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
             "memory_wait_s": round(sum((r.get("phases") or {}).get("memory_wait", 0.0) for r in rows), 1),
             "launch_cover_s": round(sum(sum(((r.get("timing") or {}).get("launch_cover_ms") or {}).values())
                                         for r in rows) / 1e3, 2),
+            # CUPTI's start, held alone, ran 9 ms a window alone and 58 ms beside another process's context
+            # creation (H200, session 39): the windows where it ran over SLOW_CUPTI_START_S are counted
+            "slow_cupti_starts": sum(1 for r in rows
+                                     if (r.get("phases") or {}).get("timing.cupti_start", 0.0) > SLOW_CUPTI_START_S),
             "compared_on_device_gib": round(sum(r.get("compared_on_device_gib") or 0.0 for r in rows), 1),
             "compared_from_host_gib": round(sum(r.get("compared_from_host_gib") or 0.0 for r in rows), 1),
             "evaluations_per_minute": round(len(rows) / wall_s * 60, 2) if wall_s > 0 else None}
@@ -258,6 +265,11 @@ def format_summary(summary: dict[str, Any]) -> str:
                      f"{summary.get('handed_ahead', 0)} problems went ahead of a larger one that did not fit then")
     if summary.get("launch_cover_s"):
         lines.append(f"launch cover: {summary['launch_cover_s']:.2f} s of spins in the timed windows, summed")
+    parts = summary.get("phase_totals") or {}
+    if "timing.events" in parts:  # the timed windows' own parts, each held alone
+        lines.append(f"inside the timed windows, summed: events {parts.get('timing.events', 0.0):.1f} s, CUPTI start "
+                     f"{parts.get('timing.cupti_start', 0.0):.1f} s ({summary.get('slow_cupti_starts', 0)} windows over "
+                     f"{SLOW_CUPTI_START_S * 1e3:.0f} ms), host-timed calls {parts.get('timing.host_calls', 0.0):.1f} s")
     if summary.get("compared_on_device_gib") or summary.get("compared_from_host_gib"):
         lines.append(f"parked outputs' compares: {summary.get('compared_on_device_gib', 0.0):.1f} GiB read from their "
                      f"device heads, {summary.get('compared_from_host_gib', 0.0):.1f} GiB copied over from the host")

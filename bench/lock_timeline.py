@@ -175,6 +175,21 @@ def _overlaps(span: tuple[float, float], others: list[tuple[float, float]]) -> b
     return any(start < span[1] and end > span[0] for start, end in others)
 
 
+def _gap_waits(events: list[LockEvent]) -> list[float]:
+    """[n, median s, summed s] of the creations' waits for a gap between windows (`wait` to `begin` of kind
+    context: rwlock.between_windows); [0, 0, 0] in logs from before creations waited."""
+    waiting: dict[int, float] = {}
+    waits: list[float] = []
+    for e in events:
+        if e.kind != "context":
+            continue
+        if e.event == "wait":
+            waiting[e.pid] = e.t
+        elif e.event == "begin" and e.pid in waiting:
+            waits.append(e.t - waiting.pop(e.pid))
+    return [float(len(waits)), round(statistics.median(waits), 3) if waits else 0.0, round(sum(waits), 3)]
+
+
 def creations_beside(events: list[LockEvent], held: Held) -> dict[str, list[float]]:
     """What the hold-free context creations overlapped: `creations` [n, median s]; `in_windows` [n] of them
     during a writer's wait or hold (a window or its drain); the finished evaluations' releases that overlapped
@@ -201,6 +216,7 @@ def creations_beside(events: list[LockEvent], held: Held) -> dict[str, list[floa
 
     return {"creations": summary([b - a for a, b in made]),
             "in_windows": [float(sum(_overlaps(c, writing) for c in made))],
+            "gap_waits": _gap_waits(events),
             "releases_beside": summary(beside), "releases_apart": summary(apart)}
 
 
@@ -305,8 +321,10 @@ def format_timeline(t: dict[str, object], top: int = 12) -> str:
     if made:
         (n, median), (inside,) = made["creations"], made["in_windows"]  # type: ignore[index]
         (nb, mb), (na, ma) = made["releases_beside"], made["releases_apart"]  # type: ignore[index]
+        gaps = made.get("gap_waits") or [0.0, 0.0, 0.0]  # type: ignore[union-attr]
         lines += ["", f"context creations (no hold): {int(n)}, median {median:.2f} s; {int(inside)} during a window "
-                      f"or its drain", f"finished evaluations' releases beside a creation: {int(nb)}, median "
+                      f"or its drain; {int(gaps[0])} waited for a gap between windows (median {gaps[1]:.2f} s, "
+                      f"{gaps[2]:.1f} s in all)", f"finished evaluations' releases beside a creation: {int(nb)}, median "
                       f"{mb:.3f} s; apart from any: {int(na)}, median {ma:.3f} s"]
     first = t.get("spares_first_turn") or []
     if first:

@@ -51,7 +51,8 @@ KEY_ENV = "CF_SCRIPTED_KEY"
 # Each warm-up step's column: its phase key in eval.json and its header.
 WARM_COLUMNS = (("spare_python_start", "spare: python start"), ("spare_fork", "fork (zygote)"),
                 ("spare_import", "import"), ("spare_counting", "counting (torch._dynamo)"),
-                ("spare_context", "context (no hold)"), ("spare_check_kernels", "check kernels"),
+                ("spare_context", "context (no hold)"), ("spare_context_gap", "of it, gap wait"),
+                ("spare_check_kernels", "check kernels"),
                 ("spare_warm_checks", "warm checks"), ("spare_cupti", "CUPTI"),
                 ("spare_cupti_prepare", "CUPTI prepare"), ("spare_cupti_enable", "enable"),
                 ("spare_cupti_disable", "disable"), ("spare_freeze", "gc freeze"), ("spare_handoff", "hand-off"),

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -555,11 +556,12 @@ def test_the_tasks_own_construction_runs_without_the_hold_until_its_first_gpu_op
 
 
 @pytest.mark.gpu
-def test_a_spare_makes_its_context_while_a_window_holds_the_gpu(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """A real spare on the GPU, started while a writer (a timed window's stand-in) holds the lock: its CUDA
-    context is on the card (nvidia-smi lists the process) while the writer still holds, with no hold of its
-    own, and its first hold (the checks' warm-up) comes only after the writer let go (engine/gpu/context.py)."""
+def test_a_spare_makes_its_context_between_windows_holding_nothing(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real spare on the GPU, started while a writer (a timed window's stand-in) holds the lock: it waits for
+    the window to end before it makes its CUDA context (a creation slows the window's driver calls; its wait
+    is logged), holding nothing meanwhile; its context is then made with no hold of its own, and its first hold
+    (the checks' warm-up) comes after (engine/gpu/context.py)."""
     from cudaforge.engine.gpu.lock import _compute_apps
     from cudaforge.engine.worker.entry import SPARE_READY
 
@@ -571,16 +573,18 @@ def test_a_spare_makes_its_context_while_a_window_holds_the_gpu(tmp_path: Path,
     (workdir / "sandbox").mkdir(parents=True)
     spare = subprocess.Popen([sys.executable, "-m", "cudaforge.engine.worker", "--spare", str(workdir), "cuda", "0",
                               "--lock", str(lock), "--cupti"])
-    try:
-        _until(lambda: any(row["pid"] == spare.pid for row in _compute_apps(0)) or spare.poll() is not None, 180)
-        assert spare.poll() is None, f"the spare exited with {spare.returncode}"
-        time.sleep(0.5)  # it goes on to its first hold, and waits there
-        mine = [line.split() for line in log.read_text().splitlines() if line.split()[1] == str(spare.pid)] \
+
+    def mine() -> list[list[str]]:
+        return [line.split() for line in log.read_text().splitlines() if line.split()[1] == str(spare.pid)] \
             if log.exists() else []
-        # its context's creation, logged without a hold (bench/lock_timeline.py), then its first want
-        assert [row[2:4] for row in mine] == [["begin", "context"], ["end", "context"], ["want", rwlock.READ]], mine
-        assert mine[-1][4] == "warm", mine
-        assert not (workdir / SPARE_READY).exists()
+
+    try:
+        _until(lambda: any(row[2:4] == ["wait", "context"] for row in mine()) or spare.poll() is not None, 180)
+        assert spare.poll() is None, f"the spare exited with {spare.returncode}"
+        time.sleep(0.3)  # well inside the gate's limit (rwlock.BETWEEN_WINDOWS_LIMIT_S)
+        assert [row[2:4] for row in mine()] == [["wait", "context"]], mine()
+        assert not any(row["pid"] == spare.pid for row in _compute_apps(0)), "a context made inside the window"
+        assert _flocks(lock, "READ") == 0  # it holds nothing while it waits
         go.touch()
         _until(lambda: (workdir / SPARE_READY).exists(), 120)
     finally:
@@ -590,5 +594,99 @@ def test_a_spare_makes_its_context_while_a_window_holds_the_gpu(tmp_path: Path,
     writer.finish()
     ready = json.loads((workdir / SPARE_READY).read_text())
     assert ready["steps"]["context_s"] > 0 and "check_kernels_s" in ready["steps"]
-    order = [(int(pid), event) for _, pid, event, _, _ in (line.split() for line in log.read_text().splitlines())]
-    assert order.index((spare.pid, "got")) > order.index((writer.proc.pid, "drop")), order
+    assert 0.3 <= ready["steps"]["context_gap_s"] <= ready["steps"]["context_s"]
+    order = [(int(pid), event, kind) for _, pid, event, kind, _ in (line.split() for line in log.read_text().splitlines())]
+    drop = order.index((writer.proc.pid, "drop", rwlock.WRITE))
+    assert order.index((spare.pid, "wait", "context")) < drop < order.index((spare.pid, "begin", "context")), order
+    # the context made with no hold: its creation ends before the spare's first want
+    assert order.index((spare.pid, "end", "context")) < order.index((spare.pid, "want", rwlock.READ)), order
+
+
+BETWEEN = textwrap.dedent("""
+    import json, sys, time
+    from cudaforge.engine.gpu import rwlock
+    lock, out, limit = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    asked = time.monotonic_ns()
+    waited = rwlock.between_windows(lock, limit_s=limit, kind="context")
+    json.dump({"asked": asked, "went": time.monotonic_ns(), "waited_s": waited}, open(out, "w"))
+""")
+
+
+def _between(lock: Path, out: Path, limit_s: float = 60.0) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", BETWEEN, str(lock), str(out), str(limit_s)])
+
+
+def test_work_between_windows_starts_only_once_the_waiting_and_holding_writers_are_gone(tmp_path: Path) -> None:
+    """rwlock.between_windows (a context creation's gate, engine/gpu/context.py): a process that asks while one
+    writer holds the GPU and another waits for it goes only after both let go, holding nothing meanwhile; with
+    no writer it goes at once. Shown with the processes' own CLOCK_MONOTONIC stamps."""
+    lock, go = tmp_path / "gpu0.lock", tmp_path / "go"
+    reader = Actor(lock, "read", 0.0, tmp_path / "r.json", "--until", str(go))
+    reader.wait_for("acquired")
+    writer = Actor(lock, "write", 0.3, tmp_path / "w.json")  # waits for the reader: a window's drain
+    turnstile = rwlock.writers_path(lock)
+    _until(lambda: _flocks(turnstile, "READ") == 1)
+    gate = _between(lock, tmp_path / "g.json")
+    time.sleep(0.5)
+    assert gate.poll() is None, "went while a writer waited"
+    go.touch()
+    reader.finish()
+    w = writer.finish()
+    assert gate.wait(60) == 0
+    g = json.loads((tmp_path / "g.json").read_text())
+    assert g["asked"] < w["acquired"] and g["went"] > w["synced"], (g, w)
+    assert g["waited_s"] >= 0.5
+    # With no writer, it goes at once, and a writer asking right after is not held up by it: it holds nothing.
+    alone = _between(lock, tmp_path / "alone.json")
+    assert alone.wait(60) == 0
+    assert json.loads((tmp_path / "alone.json").read_text())["waited_s"] == 0.0
+    assert _flocks(lock, "READ") == 0 and _flocks(lock, "WRITE") == 0
+
+
+def test_work_between_windows_goes_anyway_after_its_limit(tmp_path: Path) -> None:
+    """A writer that holds on past the limit does not keep the work from starting (a spare still makes its
+    context); the wait is the limit, not the window."""
+    lock, go = tmp_path / "gpu0.lock", tmp_path / "go"
+    writer = Actor(lock, "write", 0.0, tmp_path / "w.json", "--until", str(go))
+    writer.wait_for("acquired")
+    try:
+        gate = _between(lock, tmp_path / "g.json", limit_s=0.4)
+        assert gate.wait(60) == 0
+        g = json.loads((tmp_path / "g.json").read_text())
+        assert 0.4 <= g["waited_s"] < 5.0
+        assert "synced" not in writer.record()  # the writer still held the GPU when the work went
+    finally:
+        go.touch()
+    writer.finish()
+
+
+def test_a_context_creation_waits_for_the_window_and_logs_its_wait(tmp_path: Path) -> None:
+    """engine/gpu/context.open_context itself, in a real process with a writer holding the GPU: its `wait`, then
+    the writer's drop, then its `begin context`, in one lock log. On this CPU-only torch the CUDA call that
+    follows fails, which the script reports; the GPU test of a spare's context checks the call itself."""
+    lock, go, log = tmp_path / "gpu0.lock", tmp_path / "go", tmp_path / "lock.log"
+    env = {**os.environ, rwlock.LOG_ENV: str(log)}
+    writer = subprocess.Popen([sys.executable, str(ACTOR), str(lock), "write", "0.0", str(tmp_path / "w.json"),
+                               "--until", str(go)], env=env)
+    _until(lambda: "acquired" in (json.loads((tmp_path / "w.json").read_text())
+                                  if (tmp_path / "w.json").exists() else {}))
+    script = textwrap.dedent("""
+        import sys
+        from cudaforge.engine.gpu.context import open_context
+        try:
+            print("waited", open_context(0, sys.argv[1]))
+        except Exception as exc:
+            print("call", type(exc).__name__)
+    """)
+    maker = subprocess.Popen([sys.executable, "-c", script, str(lock)], env=env, stdout=subprocess.PIPE, text=True)
+    _until(lambda: log.exists() and " wait context " in log.read_text())
+    time.sleep(0.3)
+    go.touch()
+    out, _ = maker.communicate(timeout=120)
+    assert writer.wait(60) == 0
+    lines = [line.split() for line in log.read_text().splitlines()]
+    order = [(int(pid), event, kind) for _, pid, event, kind, _ in lines]
+    wait, drop = order.index((maker.pid, "wait", "context")), order.index((writer.pid, "drop", "write"))
+    begin = order.index((maker.pid, "begin", "context"))
+    assert wait < drop < begin, order
+    assert out.strip(), out

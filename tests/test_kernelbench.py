@@ -284,6 +284,24 @@ def test_the_sweep_sums_what_the_launch_cover_added_to_the_timed_windows() -> No
     assert "launch cover" not in sweep.format_summary(sweep.summarize([row("b", {})], 60.0))
 
 
+def test_the_sweep_shows_the_timed_windows_own_parts_and_their_slow_cupti_starts() -> None:
+    """The summary's line of what the windows held alone: their events, CUPTI starts (with the windows where the
+    start ran over SLOW_CUPTI_START_S, the sign of another process's context creation beside it) and host-timed
+    calls, summed from the rows' phases."""
+    sweep = _sweep_module()
+
+    def row(problem: str, start_s: float) -> dict:
+        return {"problem": problem, "level": "level1", "correct": True, "expected": True, "does_not_fit": False,
+                "outcome": "no_custom_kernel", "bound_ok": True, "ratio": 1.1, "exclusive_s": 0.3, "shared_s": 1.0,
+                "phases": {"timing.events": 0.25, "timing.cupti_start": start_s, "timing.host_calls": 0.02},
+                "timing": None}
+
+    summary = sweep.summarize([row("a", 0.009), row("b", 0.35), row("c", 0.01)], 60.0)
+    assert summary["slow_cupti_starts"] == 1
+    assert ("inside the timed windows, summed: events 0.8 s, CUPTI start 0.4 s (1 windows over 100 ms), "
+            "host-timed calls 0.1 s") in sweep.format_summary(summary)
+
+
 def test_the_sweep_hands_a_slot_a_problem_that_fits_before_one_that_would_wait_for_memory(tmp_path: Path) -> None:
     """ProblemQueue: the next problem in order unless its estimate does not fit beside what is in flight (or
     what the ledger holds, whichever is more); then the first of the next ones that fits, and where none

@@ -134,6 +134,20 @@ def test_context_creations_beside_windows_and_releases() -> None:
     assert timeline(e[:2])["creations"] == {}  # a log without creations (older sweeps) shows none
 
 
+def test_creations_that_waited_for_a_gap_between_windows_are_counted() -> None:
+    """A creation that found a writer waiting logs `wait context` first (rwlock.between_windows); the timeline
+    counts those waits to their `begin`, and shows the count, median and sum."""
+    e = [LockEvent(0.0, 3, "want", "write", "timing_wait"), LockEvent(0.1, 8, "wait", "context", "warm"),
+         LockEvent(0.2, 3, "got", "write", "timing_wait"), LockEvent(0.6, 3, "drop", "write", "timing"),
+         LockEvent(0.7, 8, "begin", "context", "warm"), LockEvent(1.0, 8, "end", "context", "warm"),
+         LockEvent(1.1, 9, "begin", "context", "warm"), LockEvent(1.2, 9, "end", "context", "warm")]
+    made = timeline(e)["creations"]
+    assert made["gap_waits"] == [1.0, 0.6, 0.6] and made["in_windows"] == [0.0]
+    assert "1 waited for a gap between windows (median 0.60 s, 0.6 s in all)" in format_timeline(timeline(e))
+    # the wait is no reader's: the window's split counts no reader waiting behind it
+    assert timeline(e)["reader_wait_s"].get("behind_writer", 0.0) == 0.0
+
+
 def test_a_context_creation_is_logged_around_the_drivers_work(tmp_path: Path) -> None:
     """engine/gpu/context.py logs `begin`/`end context` through rwlock.log_event, which real processes append
     to the lock log with their holds; the timeline reads them back (the CUDA call itself needs a GPU: the

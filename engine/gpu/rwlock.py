@@ -37,7 +37,8 @@ def log_event(event: str, kind: str) -> None:
     """One line of the lock log (LOG_ENV), when asked for: bench/lock_timeline.py rebuilds from it who held,
     waited for and drained the GPU when (events want, got, drop, gave_up of kind read or write), and when
     work that takes no hold but may slow other processes' device work happened (begin and end of kind
-    context: engine/gpu/context.py). One O_APPEND write per line, so processes never interleave."""
+    context: engine/gpu/context.py, after a `wait` for a gap between windows where it had to wait). One
+    O_APPEND write per line, so processes never interleave."""
     target = os.environ.get(LOG_ENV)
     if not target:
         return
@@ -172,6 +173,31 @@ def writer_waiting(lock_path: str | os.PathLike[str]) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+BETWEEN_WINDOWS_LIMIT_S = 3.0  # then the work starts anyway: longer than 99 % of the H200 sweep's busy spells
+BETWEEN_WINDOWS_POLL_S = 0.005
+
+
+def between_windows(lock_path: str | os.PathLike[str], stop: Callable[[], bool] = lambda: False,
+                    limit_s: float = BETWEEN_WINDOWS_LIMIT_S, kind: str = "") -> float:
+    """Wait, holding nothing, until no writer waits for or holds the GPU (or `stop()` says go, or `limit_s`
+    passed); the seconds waited. For work that needs no hold but slows other processes' driver calls while
+    it runs, a CUDA context's creation: in the H200 sweep of session 39 a timed window's CUPTI start took a
+    median 58 ms where a context creation overlapped the window, 9 ms where none did (134 and 113 windows),
+    and half the creations began while a window waited or held the GPU. A writer that comes meanwhile is
+    not held up: the work takes no hold, so it only starts between windows. A wait is logged as `wait` of
+    `kind` (when given) for bench/lock_timeline.py; the work's own `begin` ends it."""
+    start = time.monotonic()
+    if not writer_waiting(lock_path):
+        return 0.0
+    if kind:
+        log_event("wait", kind)
+    while not stop() and time.monotonic() - start < limit_s:
+        time.sleep(BETWEEN_WINDOWS_POLL_S)
+        if not writer_waiting(lock_path):
+            break
+    return time.monotonic() - start
 
 
 @contextlib.contextmanager

@@ -271,10 +271,12 @@ def spare_main(workdir: str, device: str, gpu: int, lock_path: str | None = None
             # waited for (about 30 s of each sweep's drain, sessions 18 and 22).
             # Admitted by memory first, beside the evaluations' reservations; not under ncu, whose profiles
             # hold the GPU alone and whose budget reads the free memory only (pipeline._budget).
-            open_context(gpu, None if warm_ncu else lock_path)
+            # Begun between timed windows (a creation slows a window's driver calls), unless a job came.
+            gap_s = open_context(gpu, None if warm_ncu else lock_path, job.exists)
             pipeline.GPU_STATE["context"] = True  # the job needs no turn at the lock for it
             nvrtc._driver()
             step("context_s")
+            steps["context_gap_s"] = round(gap_s, 4)  # of context_s: waiting for a gap between windows
             if warm_ncu:  # a profile spare, under ncu: its session set up by a kernel ncu replays
                 # A reader, as the checks' warm-up below: never inside a timed window, and beside other evaluations'
                 # side-by-side work, which measures nothing. The warm-up's metrics are dropped, so it needs no

@@ -955,7 +955,9 @@ def create_context(job: EvalJob, device: Any) -> None:
         torch.cuda.set_device(device)  # the spare's, made in its warm-up
         return
     phase("context")
-    open_context(device.index if device.index is not None else 0, job.gpu_lock_path if job.mode != "profile" else None)
+    gap_s = open_context(device.index if device.index is not None else 0,
+                         job.gpu_lock_path if job.mode != "profile" else None)
+    add_part("gap", gap_s)  # of the phase: waiting for a gap between timed windows (engine/gpu/context.py)
     GPU_STATE["context"] = True
 
 
