@@ -128,18 +128,23 @@ def hold_lengths(held: Held) -> dict[str, list[float]]:
     return out
 
 
-def context_creations(events: list[LockEvent]) -> list[tuple[float, float]]:
-    """Each CUDA context creation logged without a hold (`begin`/`end` of kind `context`): (began, ended)."""
+def _context_spans(events: list[LockEvent], first: str, then: str) -> list[tuple[float, float]]:
+    """Each process's span from its `first` to its next `then` event of kind context: (from, to)."""
     began: dict[int, float] = {}
     out = []
     for e in events:
         if e.kind != "context":
             continue
-        if e.event == "begin":
+        if e.event == first:
             began[e.pid] = e.t
-        elif e.event == "end" and e.pid in began:
+        elif e.event == then and e.pid in began:
             out.append((began.pop(e.pid), e.t))
     return out
+
+
+def context_creations(events: list[LockEvent]) -> list[tuple[float, float]]:
+    """Each CUDA context creation logged without a hold (`begin`/`end` of kind `context`): (began, ended)."""
+    return _context_spans(events, "begin", "end")
 
 
 SLOW_FIRST_TURN_S = 5.0  # a spare that waited longer for its first warm-up turn is counted apart
@@ -178,15 +183,7 @@ def _overlaps(span: tuple[float, float], others: list[tuple[float, float]]) -> b
 def _gap_waits(events: list[LockEvent]) -> list[float]:
     """[n, median s, summed s] of the creations' waits for a gap between windows (`wait` to `begin` of kind
     context: rwlock.between_windows); [0, 0, 0] in logs from before creations waited."""
-    waiting: dict[int, float] = {}
-    waits: list[float] = []
-    for e in events:
-        if e.kind != "context":
-            continue
-        if e.event == "wait":
-            waiting[e.pid] = e.t
-        elif e.event == "begin" and e.pid in waiting:
-            waits.append(e.t - waiting.pop(e.pid))
+    waits = [b - a for a, b in _context_spans(events, "wait", "begin")]
     return [float(len(waits)), round(statistics.median(waits), 3) if waits else 0.0, round(sum(waits), 3)]
 
 
