@@ -603,17 +603,25 @@ def test_a_spare_makes_its_context_between_windows_holding_nothing(tmp_path: Pat
 
 
 BETWEEN = textwrap.dedent("""
-    import json, sys, time
+    import json, os, sys, time
     from cudaforge.engine.gpu import rwlock
-    lock, out, limit = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    lock, out, limit, go = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
     asked = time.monotonic_ns()
-    waited = rwlock.between_windows(lock, limit_s=limit, kind="context")
+    waited = rwlock.between_windows(lock, lambda: bool(go) and os.path.exists(go), limit_s=limit, kind="context")
     json.dump({"asked": asked, "went": time.monotonic_ns(), "waited_s": waited}, open(out, "w"))
 """)
 
 
-def _between(lock: Path, out: Path, limit_s: float = 60.0) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", BETWEEN, str(lock), str(out), str(limit_s)])
+def _between(lock: Path, out: Path, limit_s: float = 60.0, go: Path | None = None) -> subprocess.Popen:
+    """The gate in its own process; its `wait` goes to a lock log beside `out` (`_waiting` reads it)."""
+    env = {**os.environ, rwlock.LOG_ENV: str(out.with_suffix(".log"))}
+    return subprocess.Popen([sys.executable, "-c", BETWEEN, str(lock), str(out), str(limit_s), str(go or "")], env=env)
+
+
+def _waiting(out: Path) -> None:
+    """Until the gate of `_between(..., out)` logged that it waits (so a test acts only once it does)."""
+    log = out.with_suffix(".log")
+    _until(lambda: log.exists() and " wait context " in log.read_text())
 
 
 def test_work_between_windows_starts_only_once_the_waiting_and_holding_writers_are_gone(tmp_path: Path) -> None:
@@ -627,7 +635,8 @@ def test_work_between_windows_starts_only_once_the_waiting_and_holding_writers_a
     turnstile = rwlock.writers_path(lock)
     _until(lambda: _flocks(turnstile, "READ") == 1)
     gate = _between(lock, tmp_path / "g.json")
-    time.sleep(0.5)
+    _waiting(tmp_path / "g.json")
+    time.sleep(0.3)
     assert gate.poll() is None, "went while a writer waited"
     go.touch()
     reader.finish()
@@ -635,7 +644,7 @@ def test_work_between_windows_starts_only_once_the_waiting_and_holding_writers_a
     assert gate.wait(60) == 0
     g = json.loads((tmp_path / "g.json").read_text())
     assert g["asked"] < w["acquired"] and g["went"] > w["synced"], (g, w)
-    assert g["waited_s"] >= 0.5
+    assert g["waited_s"] > 0.0
     # With no writer, it goes at once, and a writer asking right after is not held up by it: it holds nothing.
     alone = _between(lock, tmp_path / "alone.json")
     assert alone.wait(60) == 0
@@ -657,6 +666,25 @@ def test_work_between_windows_goes_anyway_after_its_limit(tmp_path: Path) -> Non
         assert "synced" not in writer.record()  # the writer still held the GPU when the work went
     finally:
         go.touch()
+    writer.finish()
+
+
+def test_work_between_windows_goes_at_once_when_told(tmp_path: Path) -> None:
+    """`stop()` ends the wait (a spare handed its job needs its context now), while the writer still holds."""
+    lock, release, job = tmp_path / "gpu0.lock", tmp_path / "release", tmp_path / "job"
+    writer = Actor(lock, "write", 0.0, tmp_path / "w.json", "--until", str(release))
+    writer.wait_for("acquired")
+    try:
+        gate = _between(lock, tmp_path / "g.json", go=job)
+        _waiting(tmp_path / "g.json")
+        time.sleep(0.3)
+        assert gate.poll() is None, "went while the writer held and nothing told it to"
+        job.touch()
+        assert gate.wait(60) == 0
+        assert "synced" not in writer.record()
+        assert 0.0 < json.loads((tmp_path / "g.json").read_text())["waited_s"] < 5.0
+    finally:
+        release.touch()
     writer.finish()
 
 
