@@ -265,6 +265,9 @@ step() {
             local lock=""  # the timeline's last line, "in brief: ...", for the key figures
             "$PY" bench/lock_timeline.py "$OUT/$name.locklog" --json "$OUT/$name.timeline.json" \
                 > "$OUT/$name.timeline.txt" 2>&1 && lock="; $(sed -n 's/^in brief: //p' "$OUT/$name.timeline.txt")"
+            # The windows' CUPTI start beside context creations and apart (creations wait for a gap since session 42)
+            "$PY" bench/windows_beside_creations.py "$OUT/$name.locklog" "$OUT/$name.rows.jsonl" \
+                > "$OUT/$name.creations.txt" 2>&1
             local util
             util=$(awk -F', *' 'NF >= 2 && $2 ~ /^[0-9]+$/ {s += $2; n++} END {if (n) printf "; GPU busy %.0f %%", s / n}' \
                 "$OUT/$name.util.csv" 2>/dev/null)
