@@ -26,6 +26,7 @@
 #                    the examples (evaluated one at a time first, about 10 s each in a fresh worker)
 #   STEP_LIMIT       seconds a step may run (500; the call also installs the package first)
 #   STEP_LIMITS      per-step limits that override it, e.g. "tests=230 sol=300"
+#   SPARE_WAIT_S     seconds of the latency step left to bench/spare_wait.py (60; the rounds get the rest)
 #   SWEEP_ARGS       more arguments for the sweep steps' kernelbench_sweep.py, e.g. "--no-look-further"
 #   DISTURBANCE_ARGS more arguments for bench/window_disturbance.py, e.g. "--measure memory --only spare-context,context"
 #   TESTS_K          a pytest -k expression for the tests steps: only the GPU tests it names (e.g. a new one)
@@ -171,7 +172,7 @@ sweep_line() {  # rows written, rows not as expected
 
 # step NAME: runs it; prints "status<TAB>key figures"
 step() {
-    local rc=0 half=$((STEP_LIMIT / 2)) name
+    local rc=0 name
     case "$1" in
         tests|tests-integrity)
             local kind=engine; [ "$1" = tests-integrity ] && kind=integrity
@@ -188,13 +189,18 @@ step() {
             run doctor.log 30 "$PY" -m cudaforge.engine.cli doctor || first_failure $?
             printf '%s\t%s\n' "$(status $rc)" "$(last_line "$OUT/examples.log")" ;;
         latency)
-            run latency.log "$half" "$PY" bench/round_latency.py --formats nvrtc --naive "" \
+            # The rounds get all but SPARE_WAIT_S of the step: on a slower machine the 7 rounds ran past half of a
+            # 190 s step before their table (session 42); spare_wait's own target is under 60 s.
+            local spare_s=${SPARE_WAIT_S:-60} rounds_s
+            if [ "$STEP_LIMIT" -gt $((2 * spare_s)) ]; then rounds_s=$((STEP_LIMIT - spare_s))
+            else rounds_s=$((STEP_LIMIT / 2)); spare_s=$rounds_s; fi
+            run latency.log "$rounds_s" "$PY" bench/round_latency.py --formats nvrtc --naive "" \
                 --ours relu,softmax,layernorm,matmul,maxpool2d,gelu,gemm_epilogue --json "$OUT/round_latency.json"; rc=$?
             local row figures
             row=$(grep -m1 '^| nvrtc | ours |' "$OUT/latency.log")
             figures=$(awk -F'|' '{gsub(/ /, ""); printf "nvrtc round %s s, %s s without profile", $10, $11}' <<< "$row")
             if [ "$WHEELS" = ok ]; then
-                run spare_wait.log "$half" env PYTHONPATH="$WHEEL_PATH" "$PY" bench/spare_wait.py --skip-throughput \
+                run spare_wait.log "$spare_s" env PYTHONPATH="$WHEEL_PATH" "$PY" bench/spare_wait.py --skip-throughput \
                     --json "$OUT/spare_wait.json" || first_failure $?
                 figures="$figures; spare_wait: $(grep -c '^| [0-9]' "$OUT/spare_wait.log") rounds"
             else
