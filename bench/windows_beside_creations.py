@@ -1,4 +1,6 @@
-"""The timed windows' parts beside CUDA context creations and apart from them, from a sweep's lock log and rows.
+"""The timed windows' parts beside CUDA context creations and apart from them, from a sweep's lock log and rows;
+and the CUPTI start beside each kind of driver work that holds no GPU lock (creations, large page-locks and
+unlocks, workers' exits), where the log has them (since session 42).
 
     python bench/windows_beside_creations.py SWEEP.locklog.gz SWEEP.rows.jsonl
 
@@ -30,29 +32,42 @@ PARTS = ("timing.cupti_start", "timing.host_calls", "timing.events", "gpu_exclus
 SLOW_S = 0.1
 
 
+# Driver work that holds no GPU lock, logged as begin/end spans (a context's creation, a large host buffer's
+# page-lock and unlock: engine/worker/host_buffers.py) or, for a worker's exit (its context's teardown), a begin only.
+SPANS = ("context", "pin", "unpin")
+POINTS = ("exit",)
+
+
 @dataclass(frozen=True)
 class Window:
     seconds: float
-    beside_creation: bool  # a creation was under way when it began, or began during it
+    beside: frozenset[str]  # the SPANS under way when it began or begun during it; the POINTS that came during it
+
+    @property
+    def beside_creation(self) -> bool:
+        return "context" in self.beside
 
 
 def windows(events: list[LockEvent]) -> list[Window]:
-    """Each write hold, and whether a context creation overlapped it."""
-    creating: set[int] = set()
+    """Each write hold, and the hold-free driver work beside it."""
+    running: dict[str, set[int]] = {kind: set() for kind in SPANS}
     out: list[Window] = []
-    open_hold: list[float | bool] = []  # [got, beside]
+    got: float | None = None
+    seen: set[str] = set()
     for e in events:
-        if e.kind == "context" and e.event == "begin":
-            creating.add(e.pid)
-            if open_hold:
-                open_hold[1] = True
-        elif e.kind == "context" and e.event == "end":
-            creating.discard(e.pid)
+        if e.kind in SPANS and e.event == "begin":
+            running[e.kind].add(e.pid)
+            if got is not None:
+                seen.add(e.kind)
+        elif e.kind in SPANS and e.event == "end":
+            running[e.kind].discard(e.pid)
+        elif e.kind in POINTS and e.event == "begin" and got is not None:
+            seen.add(e.kind)
         elif e.kind == "write" and e.event == "got":
-            open_hold = [e.t, bool(creating)]
-        elif e.kind == "write" and e.event == "drop" and open_hold:
-            out.append(Window(round(e.t - float(open_hold[0]), 3), bool(open_hold[1])))
-            open_hold = []
+            got, seen = e.t, {kind for kind, pids in running.items() if pids}
+        elif e.kind == "write" and e.event == "drop" and got is not None:
+            out.append(Window(round(e.t - got, 3), frozenset(seen)))
+            got, seen = None, set()
     return out
 
 
@@ -102,6 +117,18 @@ def table(pairs: list[tuple[Window, dict]]) -> list[str]:
     return lines
 
 
+def by_kind(pairs: list[tuple[Window, dict]], part: str = "timing.cupti_start") -> list[str]:
+    """`part` in the windows beside each kind of hold-free driver work, and in those beside none."""
+    lines = [f"| {part} in windows beside | windows | median s | summed s | over 0.1 s |", "| --- | --- | --- | --- | --- |"]
+    groups = [(kind, [r for w, r in pairs if kind in w.beside]) for kind in (*SPANS, *POINTS)]
+    groups.append(("none of them", [r for w, r in pairs if not w.beside]))
+    for name, rows in groups:
+        v = [(r.get("phases") or {}).get(part, 0.0) for r in rows]
+        lines.append(f"| {name} | {len(v)} | {statistics.median(v) if v else 0.0:.3f} | {sum(v):.1f} | "
+                     f"{sum(x > SLOW_S for x in v)} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("log", type=Path)
@@ -111,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = [json.loads(line) for line in args.rows.read_text().splitlines() if line.strip()]
     pairs, unmatched = match(windows(events), rows)
     print("\n".join(table(pairs)))
+    print()
+    print("\n".join(by_kind(pairs)))
     starts = creation_starts(events)
     print(f"\n{len(pairs)} windows matched to their problems, {unmatched} not; creations began with no writer about "
           f"{starts['free']}, while a writer waited {starts['waiting']}, while one held the GPU {starts['holding']}")

@@ -318,7 +318,8 @@ def test_a_real_worker_times_only_once_other_holders_are_gone(tmp_path: Path) ->
 
 def _logged_worker(tmp_path: Path, *job: object) -> tuple[dict, list[tuple[str, str, str]]]:
     """Run a real worker (_worker_job's arguments after the lock) with a lock log (rwlock.LOG_ENV): its
-    result, once it is "ok", and its own lines of the log, (event, kind, step) in order."""
+    result, once it is "ok", and its own lines of the log, (event, kind, step) in order: its holds' (kinds
+    read and write) and the hold-free driver work's (context, pin, unpin, exit)."""
     lock, log = tmp_path / "gpu0.lock", tmp_path / "lock.log"
     workdir, spec_path, _ = _worker_job(tmp_path, lock, *job)
     worker = subprocess.Popen([sys.executable, "-m", "cudaforge.engine.worker", str(spec_path)], cwd=workdir,
@@ -334,10 +335,16 @@ def _logged_worker(tmp_path: Path, *job: object) -> tuple[dict, list[tuple[str, 
 def test_a_finished_evaluation_lets_the_gpu_go_before_its_host_buffers_are_trimmed(tmp_path: Path) -> None:
     """A real worker (CPU device; after its timed window it holds the lock as a reader through the shape check)
     drops its last hold once its report is written and its device memory freed, before its page-locked host
-    buffers are trimmed and the process ends (the lock log, CUDAFORGE_LOCK_LOG, in step order)."""
+    buffers are trimmed and the process ends (the lock log, CUDAFORGE_LOCK_LOG, in step order). Its last line
+    is the exit's beginning (its CUDA context's teardown holds nothing: bench/windows_beside_creations.py)."""
     result, mine = _logged_worker(tmp_path)
     assert ("got", rwlock.WRITE, "timing.events") in mine or ("got", rwlock.WRITE, "timing_wait") in mine, mine
-    assert mine[-1] == ("drop", rwlock.READ, "done.release"), mine[-4:]
+    assert _holds(mine)[-1] == ("drop", rwlock.READ, "done.release"), mine[-4:]
+    assert mine[-1][:2] == ("begin", "exit"), mine[-4:]
+
+
+def _holds(lines: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    return [line for line in lines if line[1] in (rwlock.READ, rwlock.WRITE)]
 
 
 @pytest.mark.gpu
@@ -346,7 +353,8 @@ def test_the_kernel_check_and_the_end_hold_no_gpu_for_host_work(tmp_path: Path, 
     profiled call is over and takes it back after the profiler's records are read (the stop and the reading
     are host work), and the evaluation's last drop is its release's."""
     examples = Path(__file__).parent.parent / "examples" / "relu"
-    result, mine = _logged_worker(tmp_path, gpu_options, examples / "task.py", examples / "nvrtc.py")
+    result, lines = _logged_worker(tmp_path, gpu_options, examples / "task.py", examples / "nvrtc.py")
+    mine = _holds(lines)
     k = mine.index(("drop", rwlock.READ, "kernels"))
     assert mine[k + 1] == ("want", rwlock.READ, "gpu_wait"), mine[k:k + 3]
     assert result["phases"]["kernels.cupti_stop"] >= 0 and "kernels.cupti_read" in result["phases"]

@@ -248,3 +248,23 @@ def test_a_new_large_buffer_is_advised_for_huge_pages_before_its_first_touch() -
     plain = HostBuffers(budget=64 * MIB, huge_pages=False)
     other = _copy(plain, value)
     assert plain.huge == 0 and torch.equal(other, value)
+
+
+def test_a_large_buffers_registration_is_logged_as_hold_free_driver_work(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A page-lock or unlock of a buffer of DRIVER_LOG_BYTES or more holds no GPU lock but is driver work (as a
+    context's creation is): its begin and end go to the lock log, where bench/windows_beside_creations.py
+    counts the windows it overlapped. Smaller buffers leave no line."""
+    from cudaforge.engine.gpu import rwlock
+    from cudaforge.engine.worker import host_buffers
+
+    log = tmp_path / "lock.log"
+    monkeypatch.setenv(rwlock.LOG_ENV, str(log))
+    monkeypatch.setattr(host_buffers, "DRIVER_LOG_BYTES", 4096)
+    with host_buffers._logged("pin", torch.empty(1024, dtype=torch.float32)):  # 4096 bytes: logged
+        pass
+    with host_buffers._logged("unpin", torch.empty(1023, dtype=torch.float32)):  # under: no line
+        pass
+    with pytest.raises(RuntimeError), host_buffers._logged("unpin", torch.empty(2048, dtype=torch.float32)):
+        raise RuntimeError("the driver call failed")  # its end is logged all the same
+    lines = [line.split()[2:4] for line in log.read_text().splitlines()]
+    assert lines == [["begin", "pin"], ["end", "pin"], ["begin", "unpin"], ["end", "unpin"]]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from lock_timeline import LockEvent  # noqa: E402
-from windows_beside_creations import creation_starts, main, match, windows  # noqa: E402
+from windows_beside_creations import by_kind, creation_starts, main, match, windows  # noqa: E402
 
 EVENTS = [
     LockEvent(0.0, 9, "begin", "context", "warm"),  # under way when the first window begins
@@ -48,3 +48,24 @@ def test_windows_are_matched_to_their_rows_and_split_by_a_creation_beside_them(t
     assert "| timing.cupti_start | 2 / 0.130 / 0.3 / 1 | 1 / 0.009 / 0.0 / 0 |" in out
     assert "3 windows matched to their problems, 1 not; creations began with no writer about 1, while a writer " \
            "waited 1, while one held the GPU 1" in out
+
+
+def test_the_cupti_start_is_split_by_each_kind_of_hold_free_driver_work_beside_the_window() -> None:
+    """Large page-locks and unlocks (begin/end spans) and workers' exits (a begin only: the context's teardown
+    follows it) are counted like creations: a window is beside each kind under way or begun during it."""
+    events = [
+        LockEvent(0.0, 5, "begin", "unpin", "-"), LockEvent(0.1, 1, "got", "write", "timing_wait"),
+        LockEvent(0.2, 5, "end", "unpin", "-"), LockEvent(0.3, 1, "drop", "write", "timing"),
+        LockEvent(1.0, 2, "got", "write", "timing_wait"), LockEvent(1.1, 6, "begin", "exit", "exit"),
+        LockEvent(1.2, 7, "begin", "pin", "-"), LockEvent(1.3, 7, "end", "pin", "-"),
+        LockEvent(1.5, 2, "drop", "write", "timing"),
+        LockEvent(2.0, 6, "begin", "exit", "exit"),  # between windows: beside none
+        LockEvent(3.0, 3, "got", "write", "timing_wait"), LockEvent(3.1, 3, "drop", "write", "timing"),
+    ]
+    found = windows(events)
+    assert [sorted(w.beside) for w in found] == [["unpin"], ["exit", "pin"], []]
+    pairs, unmatched = match(found, [_row("a", 0.2, 0.3), _row("b", 0.5, 0.05), _row("c", 0.1, 0.008)])
+    assert unmatched == 0
+    lines = by_kind(pairs)
+    assert "| unpin | 1 | 0.300 | 0.3 | 1 |" in lines and "| exit | 1 | 0.050 | 0.1 | 0 |" in lines
+    assert "| context | 0 | 0.000 | 0.0 | 0 |" in lines and "| none of them | 1 | 0.008 | 0.0 | 0 |" in lines

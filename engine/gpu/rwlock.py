@@ -36,9 +36,11 @@ STEP_LABEL: list[Callable[[], str | None]] = [lambda: None]
 def log_event(event: str, kind: str) -> None:
     """One line of the lock log (LOG_ENV), when asked for: bench/lock_timeline.py rebuilds from it who held,
     waited for and drained the GPU when (events want, got, drop, gave_up of kind read or write), and when
-    work that takes no hold but may slow other processes' device work happened (begin and end of kind
-    context: engine/gpu/context.py, after a `wait` for a gap between windows where it had to wait). One
-    O_APPEND write per line, so processes never interleave."""
+    driver work that takes no hold but may slow other processes' happened: begin and end of kind context
+    (engine/gpu/context.py, after a `wait` for a gap between windows where it had to wait), of kinds pin and
+    unpin (a large host buffer's page-lock and unlock, engine/worker/host_buffers.py), and the begin of a
+    worker's exit (kind exit: its context's teardown follows). One O_APPEND write per line, so processes
+    never interleave."""
     target = os.environ.get(LOG_ENV)
     if not target:
         return

@@ -107,6 +107,10 @@ def _exit(mode: str) -> None:
         phase("exit")  # when the exit began: the app's read-back and benches see where the rest went
     sys.stdout.flush()
     sys.stderr.flush()
+    # The context's teardown is driver work with no hold, as its creation was: the lock log shows when it began.
+    from cudaforge.engine.gpu.rwlock import log_event
+
+    log_event("begin", "exit")
     os._exit(0)
 
 

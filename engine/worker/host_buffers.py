@@ -158,6 +158,26 @@ def _madvise() -> Any:
     return fn
 
 
+DRIVER_LOG_BYTES = 256 << 20  # page-locks and unlocks of buffers this large go to the lock log
+
+
+@contextlib.contextmanager
+def _logged(kind: str, base: Any) -> Any:
+    """`begin`/`end` of `kind` in the lock log around a large buffer's (un)registration: driver work that holds
+    no GPU lock, like a context's creation, which slowed other processes' driver calls inside timed windows
+    (bench/windows_beside_creations.py counts the windows each kind overlapped)."""
+    from cudaforge.engine.gpu.rwlock import log_event
+
+    large = base.numel() * base.element_size() >= DRIVER_LOG_BYTES
+    if large:
+        log_event("begin", kind)
+    try:
+        yield
+    finally:
+        if large:
+            log_event("end", kind)
+
+
 def page_lock(base: Any) -> bool:
     """Page-lock a host tensor's memory for DMA; whether it worked (where it does not, e.g. no CUDA, the
     buffer stays pageable and copies take the staged path). The pages are touched first on all of torch's
@@ -175,7 +195,8 @@ def page_lock(base: Any) -> bool:
         register.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
         register.restype = ctypes.c_int
         base.zero_()
-        return register(base.data_ptr(), base.numel() * base.element_size(), 0) == 0
+        with _logged("pin", base):
+            return register(base.data_ptr(), base.numel() * base.element_size(), 0) == 0
     except (OSError, AttributeError, RuntimeError):  # no driver library or symbol: pageable copies still work
         return False
 
@@ -191,7 +212,8 @@ def page_unlock(base: Any) -> None:
         unregister = _driver().cuMemHostUnregister
         unregister.argtypes = [ctypes.c_void_p]
         unregister.restype = ctypes.c_int
-        unregister(base.data_ptr())
+        with _logged("unpin", base):
+            unregister(base.data_ptr())
 
 
 @functools.cache
