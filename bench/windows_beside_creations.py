@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kernelbench_sweep import SLOW_CUPTI_START_S as SLOW_S  # noqa: E402  (the sweep summary's own bound)
 from lock_timeline import LockEvent, read_log  # noqa: E402
 
 MATCH_S = 0.003
 PARTS = ("timing.cupti_start", "timing.host_calls", "timing.events", "gpu_exclusive")
-SLOW_S = 0.1
 
 
 # Driver work that holds no GPU lock, logged as begin/end spans (a context's creation, a large host buffer's
@@ -104,15 +104,19 @@ def match(found: list[Window], rows: list[dict]) -> tuple[list[tuple[Window, dic
     return pairs, unmatched
 
 
+def _figures(rows: list[dict], part: str) -> tuple[str, str, str, str]:
+    """`part` over `rows`: how many, median s, summed s, how many over SLOW_S, as printed."""
+    v = [(r.get("phases") or {}).get(part, 0.0) for r in rows]
+    return (str(len(v)), f"{statistics.median(v) if v else 0.0:.3f}", f"{sum(v):.1f}",
+            str(sum(x > SLOW_S for x in v)))
+
+
 def table(pairs: list[tuple[Window, dict]]) -> list[str]:
     lines = ["| part (held alone) | windows beside a creation: n / median s / summed s / over 0.1 s "
              "| apart: n / median s / summed s / over 0.1 s |", "| --- | --- | --- |"]
     for part in PARTS:
-        cells = []
-        for beside in (True, False):
-            v = [(r.get("phases") or {}).get(part, 0.0) for w, r in pairs if w.beside_creation is beside]
-            cells.append(f"{len(v)} / {statistics.median(v) if v else 0.0:.3f} / {sum(v):.1f} / "
-                         f"{sum(x > SLOW_S for x in v)}")
+        cells = [" / ".join(_figures([r for w, r in pairs if w.beside_creation is beside], part))
+                 for beside in (True, False)]
         lines.append(f"| {part} | {cells[0]} | {cells[1]} |")
     return lines
 
@@ -123,9 +127,7 @@ def by_kind(pairs: list[tuple[Window, dict]], part: str = "timing.cupti_start") 
     groups = [(kind, [r for w, r in pairs if kind in w.beside]) for kind in (*SPANS, *POINTS)]
     groups.append(("none of them", [r for w, r in pairs if not w.beside]))
     for name, rows in groups:
-        v = [(r.get("phases") or {}).get(part, 0.0) for r in rows]
-        lines.append(f"| {name} | {len(v)} | {statistics.median(v) if v else 0.0:.3f} | {sum(v):.1f} | "
-                     f"{sum(x > SLOW_S for x in v)} |")
+        lines.append(f"| {name} | " + " | ".join(_figures(rows, part)) + " |")
     return lines
 
 
